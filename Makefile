@@ -1,0 +1,45 @@
+# Two entry points: `make demo` and `make test`. Both build their own virtualenv from pyproject.toml.
+SHELL := /bin/bash
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
+# A newer interpreter for the IPython/nest-asyncio tests (issue: catch breakage on new Pythons).
+PY313 ?= $(shell command -v python3.13 2>/dev/null || ls $$HOME/.pyenv/versions/3.13*/bin/python3.13 2>/dev/null | tail -n 1)
+VENV := .venv
+PIP_FLAGS := --disable-pip-version-check --quiet
+
+.PHONY: demo test lint test-py313 bench clean
+
+$(VENV)/.stamp-base: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "need Python >= 3.11"; exit 1; }
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[fast]'
+	@touch $@
+
+$(VENV)/.stamp-test: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "need Python >= 3.11"; exit 1; }
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[test,fast]'
+	@touch $@ $(VENV)/.stamp-base
+
+demo: $(VENV)/.stamp-base
+	$(VENV)/bin/llmlat demo
+
+lint: $(VENV)/.stamp-test
+	$(VENV)/bin/ruff check llmlat tests benchmarks
+	$(VENV)/bin/ruff format --check llmlat tests benchmarks
+
+test: lint
+	$(VENV)/bin/python -m pytest
+	$(MAKE) --no-print-directory test-py313
+
+test-py313:
+	@if [ -z "$(PY313)" ]; then echo "python3.13 not found: magic tests on 3.13 skipped"; exit 0; fi; \
+	set -e; test -x .venv313/bin/python || $(PY313) -m venv .venv313; \
+	.venv313/bin/pip install $(PIP_FLAGS) -e '.[test]'; \
+	.venv313/bin/python -m pytest -m magics -p no:cacheprovider
+
+bench: $(VENV)/.stamp-test
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .venv313 build *.egg-info report

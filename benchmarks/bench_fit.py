@@ -1,0 +1,79 @@
+"""Time to fit each queueing model on 10,000 and 1,000,000 request rows; Erlang C throughput.
+
+Data are exact M/M/c queues from the seeded event simulation in ``llmlat._synth`` (not timed):
+a closed-loop sweep (5 concurrency levels, no think time) for ``mm1``, ``mmc``, ``closed`` and
+``batch``, and an open-loop sweep (4 rates) for ``mgc``. Each fit is timed once after a warm-up
+fit on small data (imports and caches excluded). Target: a million rows in under 5 s.
+
+    .venv/bin/python benchmarks/bench_fit.py [--rows 10000 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import llmlat
+from llmlat import queueing
+from llmlat._synth import mmc_closed_requests, mmc_open_requests
+
+C, MU = 4, 2.0
+CLOSED_LEVELS = [1, 2, 4, 8, 16]
+OPEN_RATES = [f * C * MU for f in (0.3, 0.6, 0.8, 0.9)]
+
+
+def timed(fn) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def bench_fits(rows: int) -> None:
+    closed = mmc_closed_requests(CLOSED_LEVELS, MU, C, n=rows // len(CLOSED_LEVELS), seed=1)
+    open_ = mmc_open_requests(OPEN_RATES, MU, C, n=rows // len(OPEN_RATES), seed=2)
+    cases = [
+        ("mm1", closed),
+        ("mmc", closed),
+        ("closed", closed),
+        ("batch", closed),
+        ("mmc", open_),
+        ("mgc", open_),
+    ]
+    for model, data in cases:
+        kind = data["level_kind"].iloc[0]
+        secs, res = timed(lambda m=model, d=data: llmlat.fit(d, model=m))
+        params = ", ".join(f"{k}={v:.4g}" for k, v in res.params.items())
+        print(
+            f"  {model:7s} {kind:12s} {len(data):>9,d} rows  {secs:7.3f} s  [{res.method}] {params}"
+        )
+
+
+def bench_erlang() -> None:
+    a = np.linspace(1.0, 999.0, 10_000)
+    queueing.erlang_c(1000, a[:10])  # warm-up
+    secs, _ = timed(lambda: queueing.erlang_c(1000, a))
+    print(f"  erlang_c: 10,000 evaluations at c = 1,000 (vectorised)  {secs * 1e3:.1f} ms")
+    secs, _ = timed(lambda: [queueing.erlang_c(1000, x) for x in a[:1000]])
+    print(f"  erlang_c: 1,000 scalar calls at c = 1,000               {secs * 1e3:.1f} ms")
+    secs, _ = timed(lambda: queueing.erlang_c(10_000, np.linspace(1, 9999, 10_000)))
+    print(f"  erlang_c: 10,000 evaluations at c = 10,000 (vectorised) {secs * 1e3:.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 1_000_000])
+    args = parser.parse_args()
+    warm = mmc_closed_requests(CLOSED_LEVELS, MU, C, n=200, seed=0)
+    for model in ("mm1", "mmc", "closed", "batch"):
+        llmlat.fit(warm, model=model)
+    for rows in args.rows:
+        print(f"fit ({rows:,} request rows)")
+        bench_fits(rows)
+    print("Erlang C")
+    bench_erlang()
+
+
+if __name__ == "__main__":
+    main()

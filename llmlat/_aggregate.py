@@ -1,0 +1,301 @@
+"""Turn what the user measured into per-level statistics the fitting code can use.
+
+Accepts a SweepResult (anything with a ``.requests`` table), a requests table with the record
+schema, or an already-aggregated per-level table (one row per level, e.g. converted from a
+public benchmark). Optional columns may be missing; what cannot be computed is NaN and the
+fitting code says what it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["QUANTILES", "Observed", "observe", "resample"]
+
+#: stat name -> quantile probability (None: the mean).
+QUANTILES: dict[str, float | None] = {"mean": None, "p50": 0.5, "p95": 0.95, "p99": 0.99}
+_Z = 1.959963984540054
+
+
+@dataclass
+class Observed:
+    """Per-level statistics of one metric, plus the per-request times when available.
+
+    ``levels`` has one row per level (sorted) with ``level``, ``n``, ``n_failed``,
+    ``throughput_rps``, ``tokens_mean`` (output tokens), ``think_s`` (closed loop: mean time a
+    client spent between requests), ``mean_s``, ``std_s``, ``p50_s``, ``p95_s``, ``p99_s`` and
+    a standard error ``se_<stat>_s`` for each statistic.
+    """
+
+    kind: str
+    metric: str
+    levels: pd.DataFrame
+    think_s: float
+    tokens: float
+    prompt_tokens: float
+    times: list[np.ndarray] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _stats_from_times(times: list[np.ndarray]) -> dict[str, np.ndarray]:
+    out: dict[str, list[float]] = {k: [] for k in ("n", "mean_s", "std_s")}
+    for name in QUANTILES:
+        out[f"se_{name}_s"] = []
+        if name != "mean":
+            out[f"{name}_s"] = []
+    for t in times:
+        n = len(t)
+        s = np.sort(t)
+        std = float(np.std(s, ddof=1)) if n > 1 else np.nan
+        out["n"].append(n)
+        out["mean_s"].append(float(s.mean()))
+        out["std_s"].append(std)
+        out["se_mean_s"].append(std / np.sqrt(n))
+        for name, q in QUANTILES.items():
+            if q is None:
+                continue
+            out[f"{name}_s"].append(float(np.quantile(s, q)))
+            # distribution-free: the order statistics bracketing a 95% interval for the quantile
+            half = _Z * np.sqrt(n * q * (1 - q))
+            lo = s[int(np.clip(np.floor(n * q - half), 0, n - 1))]
+            hi = s[int(np.clip(np.ceil(n * q + half), 0, n - 1))]
+            out[f"se_{name}_s"].append(float(hi - lo) / (2 * _Z))
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
+
+
+def _think_time(req: pd.DataFrame, levels: np.ndarray) -> np.ndarray:
+    """Per level: mean gap between a worker's previous end and its next scheduled send.
+
+    In a closed loop this is think time plus the client's own time between requests; a client
+    that cannot keep up shows it here (and Little's law N = X (W + gap) still holds).
+    """
+    start = "t_scheduled" if "t_scheduled" in req else "t_sent"
+    out = np.full(len(levels), np.nan)
+    if not {"worker", "t_end", start} <= set(req.columns):
+        return out
+    w = pd.to_numeric(req["worker"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    lv = req["level"].to_numpy(dtype=np.float64)
+    t0 = req[start].to_numpy(dtype=np.float64)
+    t1 = req["t_end"].to_numpy(dtype=np.float64)
+    ok = np.isfinite(w) & np.isfinite(t0) & np.isfinite(t1)
+    w, lv, t0, t1 = w[ok], lv[ok], t0[ok], t1[ok]
+    order = np.lexsort((t0, w, lv))
+    w, lv, t0, t1 = w[order], lv[order], t0[order], t1[order]
+    same = (w[1:] == w[:-1]) & (lv[1:] == lv[:-1])
+    gaps = pd.Series(np.clip(t0[1:][same] - t1[:-1][same], 0, None)).groupby(lv[1:][same])
+    return gaps.mean().reindex(levels).to_numpy(dtype=np.float64)
+
+
+def _kind(frame: pd.DataFrame, level_kind: str | None) -> str:
+    if level_kind is None:
+        if "level_kind" not in frame:
+            raise ValueError("level_kind: column missing; pass level_kind='concurrency' or 'rate'")
+        kinds = pd.unique(frame["level_kind"].dropna().astype(str))
+        if len(kinds) != 1:
+            raise ValueError(f"level_kind: expected one kind of sweep, found {list(kinds)}")
+        level_kind = str(kinds[0])
+    if level_kind not in ("concurrency", "rate"):
+        raise ValueError(
+            f"level_kind: {level_kind!r} cannot be fitted; need a 'concurrency' (closed-loop) "
+            "or 'rate' (open-loop) sweep"
+        )
+    return level_kind
+
+
+def _from_requests(req: pd.DataFrame, metric: str, level_kind: str | None) -> Observed:
+    col = f"{metric}_s"
+    if col not in req or "level" not in req:
+        raise ValueError(f"data: requests table needs columns 'level' and {col!r}")
+    kind = _kind(req, level_kind)
+    if "phase" in req:
+        req = req[req["phase"].astype(str).to_numpy() != "warmup"]
+    values = req[col].to_numpy(dtype=np.float64, na_value=np.nan)
+    ok = np.isfinite(values)
+    if "ok" in req:
+        ok &= req["ok"].fillna(False).to_numpy(dtype=bool)
+    if not ok.any():
+        kinds = req["error_kind"].value_counts().to_dict() if "error_kind" in req else {}
+        raise ValueError(
+            f"ok: every request failed ({kinds or 'no successful rows'}); nothing to fit. "
+            "Check the endpoint, the key and the rate limits, then measure again"
+        )
+    notes = []
+    lv_all = req["level"].to_numpy(dtype=np.float64)
+    levels = np.unique(lv_all[ok])
+    dropped = np.setdiff1d(np.unique(lv_all), levels)
+    if dropped.size:
+        notes.append(f"levels {dropped.tolist()} had no successful request and were left out")
+    order = np.argsort(lv_all[ok], kind="stable")
+    lv_ok, val_ok = lv_all[ok][order], values[ok][order]
+    cuts = np.searchsorted(lv_ok, levels[1:])
+    times = np.split(val_ok, cuts)
+    table = pd.DataFrame({"level": levels, **_stats_from_times(times)})
+    n_all = pd.Series(lv_all).value_counts()
+    table["n_failed"] = n_all.reindex(levels).to_numpy() - table["n"].to_numpy()
+    table["throughput_rps"] = _throughput(req, lv_all, ok, levels)
+    if "completion_tokens" in req:
+        tok = pd.to_numeric(req["completion_tokens"], errors="coerce")
+        per_level = pd.Series(tok.to_numpy(np.float64, na_value=np.nan)[ok]).groupby(lv_all[ok])
+        table["tokens_mean"] = per_level.mean().reindex(levels).to_numpy()
+    else:
+        table["tokens_mean"] = np.nan
+    table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
+    w = table["n"].to_numpy(dtype=np.float64)
+    good = np.isfinite(table["think_s"].to_numpy())
+    think = float(np.average(table["think_s"][good], weights=w[good])) if good.any() else np.nan
+    tok = _mean_col(req, "completion_tokens", ok)
+    ptok = _mean_col(req, "prompt_tokens", ok)
+    return Observed(kind, metric, table, think, tok, ptok, times, notes)
+
+
+def _throughput(req: pd.DataFrame, lv: np.ndarray, ok: np.ndarray, levels: np.ndarray):
+    """Completion rate in the steady window of each level: first completion to last send.
+
+    Counting from the first send would include the ramp, and up to the last completion the
+    drain, when fewer requests are in flight; both bias a closed loop's throughput low.
+    """
+    start = "t_sent" if "t_sent" in req else "t_scheduled"
+    if "t_end" not in req or start not in req:
+        return np.full(len(levels), np.nan)
+    sent = req[start].to_numpy(np.float64)
+    end = req["t_end"].to_numpy(np.float64)
+    out = []
+    for level in levels:
+        mine = lv == level
+        a, b = np.nanmin(end[mine]), np.nanmax(sent[mine])
+        done = np.count_nonzero(mine & ok & (end >= a) & (end <= b))
+        if b > a and done > 1:
+            out.append((done - 1) / (b - a))
+        else:  # too short to have a steady window
+            out.append(np.count_nonzero(mine & ok) / (np.nanmax(end[mine]) - np.nanmin(sent[mine])))
+    return np.asarray(out)
+
+
+def _mean_col(frame: pd.DataFrame, col: str, mask: np.ndarray) -> float:
+    if col not in frame:
+        return np.nan
+    v = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    v = v[mask]
+    return float(np.nanmean(v)) if np.isfinite(v).any() else np.nan
+
+
+def _from_levels(tab: pd.DataFrame, metric: str, level_kind: str | None) -> Observed:
+    kind = _kind(tab, level_kind)
+    tab = tab.sort_values("level").reset_index(drop=True)
+
+    def col(name: str) -> np.ndarray:
+        if name not in tab:
+            return np.full(len(tab), np.nan)
+        return pd.to_numeric(tab[name], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+
+    out = pd.DataFrame({"level": col("level"), "n": col("n")})
+    out["std_s"] = col(f"{metric}_std_s")
+    out["mean_s"] = col(f"{metric}_mean_s")
+    out["se_mean_s"] = out["std_s"] / np.sqrt(out["n"])
+    for name, q in QUANTILES.items():
+        if q is None:
+            continue
+        out[f"{name}_s"] = col(f"{metric}_{name}_s")
+        # normal-shape approximation of the quantile's standard error from the std
+        dens = np.exp(-0.5 * _probit(q) ** 2) / np.sqrt(2 * np.pi)
+        out[f"se_{name}_s"] = np.sqrt(q * (1 - q) / out["n"]) * out["std_s"] / dens
+    out["n_failed"] = col("n_failed")
+    out["throughput_rps"] = col("throughput_rps")
+    out["tokens_mean"] = col("completion_tokens_mean")
+    out["think_s"] = col("think_s")
+    think = col("think_s")
+    return Observed(
+        kind,
+        metric,
+        out,
+        float(np.nanmean(think)) if np.isfinite(think).any() else np.nan,
+        float(np.nanmean(col("completion_tokens_mean")))
+        if "completion_tokens_mean" in tab
+        else np.nan,
+        float(np.nanmean(col("prompt_tokens_mean"))) if "prompt_tokens_mean" in tab else np.nan,
+    )
+
+
+def _probit(q: float) -> float:
+    from scipy.special import ndtri
+
+    return float(ndtri(q))
+
+
+def observe(data: object, metric: str = "latency", level_kind: str | None = None) -> Observed:
+    """Aggregate a SweepResult, requests table or per-level table into :class:`Observed`.
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        Anything with a ``.requests`` DataFrame, a requests table with ``level`` and
+        ``<metric>_s``, or a per-level table with ``level`` and ``<metric>_mean_s`` /
+        ``<metric>_p50_s`` / ... (optional: ``n``, ``<metric>_std_s``, ``throughput_rps``,
+        ``think_s``, ``completion_tokens_mean``, ``prompt_tokens_mean``, ``level_kind``).
+    metric : {"latency", "ttft"}, default "latency"
+        Which time to model.
+    level_kind : {"concurrency", "rate"}, optional
+        Overrides (or supplies) the ``level_kind`` column.
+
+    Returns
+    -------
+    Observed
+        The per-level statistics.
+
+    Raises
+    ------
+    ValueError
+        For an unusable table; the message names the missing or bad field.
+    """
+    if metric not in ("latency", "ttft"):
+        raise ValueError(f"metric: expected 'latency' or 'ttft', got {metric!r}")
+    meta = getattr(data, "meta", None)
+    frame = getattr(data, "requests", data)
+    if not isinstance(frame, pd.DataFrame):
+        raise ValueError("data: expected a SweepResult or a pandas DataFrame")
+    if len(frame) == 0:
+        raise ValueError("data: the table is empty")
+    if f"{metric}_s" in frame:
+        obs = _from_requests(frame, metric, level_kind)
+    elif any(f"{metric}_{s}_s" in frame for s in QUANTILES):
+        obs = _from_levels(frame, metric, level_kind)
+    else:
+        raise ValueError(
+            f"data: need a requests table with {metric + '_s'!r} or a per-level table with "
+            f"{metric + '_mean_s'!r} (or _p50_s/_p95_s)"
+        )
+    if isinstance(meta, dict) and obs.kind == "concurrency":
+        # the sweep's configured think time (the engine records it under meta["load"])
+        for where in (meta.get("load") or {}, meta):
+            z = where.get("think_time_s") if isinstance(where, dict) else None
+            if isinstance(z, int | float) and np.isfinite(z):
+                obs = replace(obs, think_s=float(z))
+                break
+    return obs
+
+
+def resample(obs: Observed, rng: np.random.Generator) -> Observed:
+    """Bootstrap replicate: resample the requests of every level with replacement.
+
+    Parameters
+    ----------
+    obs : Observed
+        Statistics built from a requests table (``obs.times`` is set).
+    rng : numpy.random.Generator
+        Seeded source of randomness.
+
+    Returns
+    -------
+    Observed
+        Same levels and throughput, statistics recomputed from the resampled times.
+    """
+    if obs.times is None:
+        raise ValueError("data: bootstrap needs per-request times, not a per-level table")
+    times = [t[rng.integers(0, len(t), len(t))] for t in obs.times]
+    table = obs.levels.copy()
+    for k, v in _stats_from_times(times).items():
+        table[k] = v
+    return replace(obs, levels=table, times=times)

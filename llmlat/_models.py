@@ -1,0 +1,242 @@
+"""The station models the fitting code estimates, each in its open and closed (finite) form.
+
+A model maps a parameter dict to per-level predictions (throughput, mean and quantiles of the
+response time) for a closed-loop (``concurrency``) or open-loop (``rate``) sweep, and, where the
+model gives a response-time distribution, to a per-request log-likelihood. Continuous
+parameters are optimised on the log scale; the integer one (servers ``c`` or slot cap
+``slots``) is profiled by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmlat import queueing as q
+from llmlat._aggregate import QUANTILES, Observed
+
+__all__ = ["MODELS", "Model"]
+
+
+def _log_mmc_pdf(t: np.ndarray, lam: float, mu: float, c: int) -> np.ndarray:
+    """Log density of the M/M/c response time (see :func:`llmlat.queueing.mmc_response_pdf`)."""
+    pw = float(q.erlang_c(c, lam / mu))
+    theta = c * mu - lam
+    s, d = min(theta, mu), abs(theta - mu)
+    x = d * t
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_h = np.where(x < 1e-12, 0.0, np.log(-np.expm1(-x)) - np.log(x))
+        waited = np.log(pw) + np.log(theta) + np.log(t) - s * t + log_h
+        no_wait = np.log1p(-pw) - mu * t
+    return np.log(mu) + np.logaddexp(no_wait, waited)
+
+
+@dataclass(frozen=True)
+class Model:
+    """One station model; see :data:`MODELS` for the instances.
+
+    Attributes
+    ----------
+    name : str
+        The name users pass to ``fit(model=...)``.
+    integer : str or None
+        Name of the profiled integer parameter, if any.
+    free : tuple of str
+        Continuous parameters estimated on the log scale.
+    kinds : tuple of str
+        Sweep kinds the model applies to.
+    distribution : bool
+        Whether a per-request likelihood (maximum likelihood) is available.
+    """
+
+    name: str
+    integer: str | None
+    free: tuple[str, ...]
+    kinds: tuple[str, ...] = ("concurrency", "rate")
+    distribution: bool = True
+
+    @property
+    def family(self) -> str:
+        """``"batch"`` or ``"mmc"`` (the M/M/c family: mm1, mmc, mgc, closed)."""
+        return "batch" if self.name == "batch" else "mmc"
+
+    def params(self, theta: np.ndarray, k: int | None, fixed: dict) -> dict:
+        """Natural-scale parameters from log-scale ``theta``, the integer and fixed values."""
+        p = dict(fixed)
+        p.update(zip(self.free, np.exp(theta), strict=True))
+        if self.integer:
+            p[self.integer] = int(k)
+        if self.name == "mm1":
+            p["c"] = 1
+        return p
+
+    def rate(self, p: dict):
+        """Total completion rate as a function of the number at the station."""
+        if self.family == "batch":
+            args = (p["slots"], p["t0_s"], p["t1_s"], p["tokens"], p["gamma"])
+            return lambda n: q.batch_service_rate(n, *args)
+        return lambda n: p["mu"] * np.minimum(n, p["c"])
+
+    def capacity(self, p: dict) -> float:
+        """Largest throughput the station can sustain, requests/s."""
+        if self.family == "batch":
+            b = p["slots"]
+            return float(q.batch_service_rate(b, b, p["t0_s"], p["t1_s"], p["tokens"], p["gamma"]))
+        return p["c"] * p["mu"]
+
+    def predict(
+        self,
+        p: dict,
+        loads: np.ndarray,
+        kind: str,
+        stats: tuple[str, ...],
+        think: np.ndarray | None = None,
+    ) -> dict:
+        """Predicted ``throughput_rps`` and ``<stat>_s`` for each load (``inf`` past saturation).
+
+        ``think`` (closed loop) gives each load its own think time instead of ``p["think_s"]``.
+        """
+        loads = np.asarray(loads, dtype=np.float64)
+        if kind == "concurrency" and think is not None and "think_s" not in self.free:
+            parts = [
+                self.predict({**p, "think_s": float(z)}, np.array([n]), kind, stats)
+                for n, z in zip(loads, np.broadcast_to(think, loads.shape), strict=True)
+            ]
+            return {k: np.concatenate([d[k] for d in parts]) for k in parts[0]}
+        out = {}
+        if self.family == "batch":
+            args = (p["slots"], p["t0_s"], p["t1_s"], p["tokens"], p["gamma"])
+            join = p.get("join_steps", 0.0)
+            if kind == "rate":
+                df = q.batch_open(loads, *args)
+                step = p["t0_s"] + p["t1_s"] * df["batch_mean"].to_numpy() ** p["gamma"]
+                mean = df["response_mean_s"].to_numpy() + join * step
+            else:
+                # a request joins the batch at the next step boundary: that wait holds no
+                # slot, so in a closed loop it acts as think time
+                b = np.minimum(loads, p["slots"])
+                delay = join * (p["t0_s"] + p["t1_s"] * b ** p["gamma"])
+                x, ls = q._closed_means(loads, p["think_s"] + delay, self.rate(p))
+                mean = ls / x + delay
+        elif kind == "rate":
+            c, mu = p["c"], p["mu"]
+            cv2 = p["cv_s"] ** 2 if self.name == "mgc" else 1.0
+            with np.errstate(divide="ignore"):
+                wq = q.erlang_c(c, loads / mu) / np.maximum(c * mu - loads, 0.0)
+            mean = np.where(loads < c * mu, wq * (1.0 + cv2) / 2.0 + 1.0 / mu, np.inf)
+        else:
+            x, ls = q._closed_means(loads, p["think_s"], self.rate(p))
+            mean = ls / x
+        cap = self.capacity(p)
+        out["throughput_rps"] = np.minimum(loads, cap) if kind == "rate" else x
+        out["mean_s"] = mean
+        for s in stats:
+            prob = QUANTILES[s]
+            if prob is None:
+                continue
+            out[f"{s}_s"] = self._quantile(p, loads, kind, prob)
+        return out
+
+    def _quantile(self, p: dict, loads: np.ndarray, kind: str, prob: float) -> np.ndarray:
+        if self.family == "batch" or self.name == "mgc":
+            return np.full(loads.shape, np.nan)  # no response-time distribution
+        if kind == "rate":
+            stable = loads < p["c"] * p["mu"]
+            res = np.full(loads.shape, np.inf)
+            if stable.any():
+                res[stable] = q.mmc_response_quantile(prob, loads[stable], p["mu"], p["c"])
+            return res
+        return q.closed_mmc_response_quantile(
+            prob, loads.astype(np.int64), p["mu"], p["c"], p["think_s"]
+        )
+
+    def loglikeobs(self, p: dict, obs: Observed) -> np.ndarray:
+        """Per-request log-likelihood of the measured times (M/M/c family only)."""
+        levels = obs.levels["level"].to_numpy()
+        c, mu = p["c"], p["mu"]
+        parts = []
+        if obs.kind == "rate":
+            for lam, t in zip(levels, obs.times, strict=True):
+                if lam >= c * mu:
+                    parts.append(np.full(t.shape, -1e6))  # unstable: not a steady state
+                else:
+                    parts.append(_log_mmc_pdf(t, lam, mu, c))
+            return np.concatenate(parts)
+        think = p.get("level_think_s") if "think_s" not in self.free else None
+        if think is None:
+            mixes = q._closed_mix(levels.astype(np.int64), mu, c, p["think_s"])
+        else:
+            mixes = [
+                q._closed_mix([int(n)], mu, c, float(z))[0]
+                for n, z in zip(levels, think, strict=True)
+            ]
+        for (m, w), t in zip(mixes, obs.times, strict=True):
+            if len(m) == 1:
+                parts.append(q.hypoexp_logpdf(t, m[0], mu, c))
+            else:
+                parts.append(q.hypoexp_mix_logpdf(t, m, w, mu, c))
+        return np.concatenate(parts)
+
+    def int_range(self, obs: Observed) -> tuple[int, int]:
+        """Integers worth profiling: from 1 to the point where the data cannot tell more."""
+        lv = obs.levels
+        if obs.kind == "concurrency":
+            return 1, max(int(lv["level"].max()), 1)
+        # open loop: busy servers ~ lam * service time; 4x that is a queue-free station
+        busy = float(lv["level"].max() * np.nanmin(lv["mean_s"]))
+        return 1, max(int(np.ceil(4 * busy)), 8)
+
+    def start(self, k: int | None, obs: Observed, fixed: dict) -> np.ndarray:
+        """Starting values of the log-scale continuous parameters."""
+        lv = obs.levels
+        means = lv["mean_s"].to_numpy()
+        if not np.isfinite(means).any():
+            means = lv["p50_s"].to_numpy() / np.log(2)
+        if self.family == "batch":
+            return self._batch_start(lv["level"].to_numpy(), means, k, fixed)
+        c = 1 if self.name == "mm1" else int(k)
+        mu = 1.0 / float(np.nanmin(means))
+        if obs.kind == "rate":
+            mu = max(mu, 1.2 * float(lv["level"].max()) / c)
+        theta = [np.log(mu)]
+        if "think_s" in self.free:
+            z = fixed.get("think_s_start", 0.0)
+            theta.append(np.log(z if z > 0 else 0.05 * float(np.nanmin(means))))
+        return np.asarray(theta)
+
+    def _batch_start(self, n: np.ndarray, means: np.ndarray, k: int | None, fixed: dict):
+        tokens = fixed["tokens"]
+        ok = np.isfinite(means) & (n <= (k or np.inf))
+        if ok.sum() >= 2:
+            slope, icept = np.polyfit(n[ok], means[ok] / tokens, 1)
+        else:
+            slope, icept = 0.0, float(np.nanmin(means)) / tokens
+        base = float(np.nanmin(means)) / tokens
+        t0 = icept if icept > 0.05 * base else 0.5 * base
+        t1 = slope if slope > 1e-6 * base else 0.01 * base
+        theta = [np.log(t0), np.log(t1)]
+        if "gamma" in self.free:
+            theta.append(0.0)
+        if "join_steps" in self.free:
+            theta.append(np.log(0.5))
+        return np.asarray(theta)
+
+
+def _batch(*extra: str) -> Model:
+    return Model("batch", "slots", ("t0_s", "t1_s", *extra), distribution=False)
+
+
+#: Model name -> Model. ``batch_linear``: the issue's linear step time, plus ``join_steps``
+#: (0..1), the wait for the next step boundary before a request joins the batch, which holds no
+#: slot; ``batch`` adds the step-time exponent ``gamma``, kept only when it earns its parameter
+#: (AIC); ``batch_few``: the linear form without the join wait, for sweeps with few levels.
+MODELS: dict[str, Model] = {
+    "mm1": Model("mm1", None, ("mu",)),
+    "mmc": Model("mmc", "c", ("mu",)),
+    "closed": Model("closed", "c", ("mu", "think_s"), kinds=("concurrency",)),
+    "mgc": Model("mgc", "c", ("mu",), kinds=("rate",), distribution=False),
+    "batch_few": _batch(),
+    "batch_linear": _batch("join_steps"),
+    "batch": _batch("gamma", "join_steps"),
+}

@@ -1,0 +1,213 @@
+"""Seeded event simulations producing requests tables, for tests and benchmarks.
+
+Independent of the HTTP engine and the provider simulator: an exact M/M/c (FCFS, c servers,
+exponential service) fed by Poisson arrivals or by N clients with exponential think time, and a
+continuous-batching server fed by N clients.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["batch_closed_requests", "mmc_closed_requests", "mmc_open_requests"]
+
+
+def _frame(level, kind, sched, start, end, worker) -> pd.DataFrame:
+    sched, start, end = (np.asarray(v, dtype=np.float64) for v in (sched, start, end))
+    n = len(sched)
+    return pd.DataFrame(
+        {
+            "level": np.full(n, float(level)),
+            "level_kind": pd.array([kind] * n, dtype="string"),
+            "request_id": np.arange(n),
+            "phase": pd.array(["measure"] * n, dtype="string"),
+            "worker": pd.array(worker, dtype="Int64"),
+            "t_scheduled": sched,
+            "t_sent": sched,
+            "t_end": end,
+            "latency_s": end - sched,
+            "service_s": end - sched,
+            "queue_s": start - sched,
+            "ok": np.ones(n, dtype=bool),
+        }
+    )
+
+
+def mmc_open_requests(
+    rates: list[float], mu: float, c: int, n: int, seed: int = 0, warmup: int = 3000
+) -> pd.DataFrame:
+    """Simulate an open M/M/c at each arrival rate.
+
+    Parameters
+    ----------
+    rates : list of float
+        Arrival rates (requests/s), one level each.
+    mu : float
+        Service rate of one server.
+    c : int
+        Number of servers.
+    n : int
+        Measured requests per level (after ``warmup`` discarded ones).
+    seed : int, default 0
+        Seed.
+    warmup : int, default 3000
+        Requests dropped from the start of each level (the queue starts empty, and near
+        saturation it takes long to forget that).
+
+    Returns
+    -------
+    pandas.DataFrame
+        A requests table (``level_kind == "rate"``).
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for lam in rates:
+        m = n + warmup
+        arr = np.cumsum(rng.exponential(1 / lam, m))
+        svc = rng.exponential(1 / mu, m)
+        free = [0.0] * c
+        start = np.empty(m)
+        for i in range(m):
+            f = heapq.heappop(free)
+            start[i] = max(arr[i], f)
+            heapq.heappush(free, start[i] + svc[i])
+        end = start + svc
+        sl = slice(warmup, None)
+        out.append(_frame(lam, "rate", arr[sl], start[sl], end[sl], [None] * n))
+    return pd.concat(out, ignore_index=True)
+
+
+def mmc_closed_requests(
+    levels: list[int],
+    mu: float,
+    c: int,
+    n: int,
+    think_s: float = 0.0,
+    seed: int = 0,
+    warmup: int = 200,
+) -> pd.DataFrame:
+    """Simulate N clients (exponential think time) feeding an M/M/c, for each N.
+
+    Parameters
+    ----------
+    levels : list of int
+        Concurrency levels N.
+    mu : float
+        Service rate of one server.
+    c : int
+        Number of servers.
+    n : int
+        Measured requests per level (after ``warmup``).
+    think_s : float, default 0.0
+        Mean think time (0: send again at once).
+    seed : int, default 0
+        Seed.
+    warmup : int, default 200
+        Requests dropped from the start of each level.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A requests table (``level_kind == "concurrency"``) with ``worker``.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for big_n in levels:
+        m = n + warmup
+        # events: (time, client); a client's next request is scheduled after its think time
+        ready = [(rng.exponential(think_s) if think_s > 0 else 0.0, w) for w in range(big_n)]
+        heapq.heapify(ready)
+        free = [0.0] * c
+        rows = []
+        while len(rows) < m:  # a row's end is known when it is sent: nothing is censored
+            t, w = heapq.heappop(ready)
+            f = heapq.heappop(free)
+            s = max(t, f)
+            e = s + rng.exponential(1 / mu)
+            heapq.heappush(free, e)
+            rows.append((t, s, e, w))
+            nxt = e + (rng.exponential(think_s) if think_s > 0 else 0.0)
+            heapq.heappush(ready, (nxt, w))
+        rows.sort()
+        t, s, e, w = (list(x) for x in zip(*rows[warmup:m], strict=True))
+        out.append(_frame(big_n, "concurrency", t, s, e, w))
+    return pd.concat(out, ignore_index=True)
+
+
+def _complete(rows: list, running: list, waiting: list, m: int) -> bool:
+    """Whether the first m requests by send time have all finished (so none is censored)."""
+    if len(rows) < m:
+        return False
+    oldest = min(r[0] for r in running + waiting)
+    return sum(r[0] < oldest for r in rows) >= m
+
+
+def batch_closed_requests(
+    levels: list[int],
+    slots: int,
+    t0_s: float,
+    t1_s: float,
+    tokens: float,
+    n: int,
+    seed: int = 0,
+    warmup: int = 100,
+    spread: float = 0.5,
+) -> pd.DataFrame:
+    """Simulate N clients (no think time) against a continuous-batching server, for each N.
+
+    Every step lasts ``t0_s + t1_s * batch`` and gives one token to each of the (at most
+    ``slots``) running requests; waiting requests join, first come first served, at the next
+    step; output lengths are uniform on ``tokens * (1 -/+ spread)``.
+
+    Parameters
+    ----------
+    levels : list of int
+        Concurrency levels N.
+    slots : int
+        Slot cap B.
+    t0_s, t1_s : float
+        Step-time parameters.
+    tokens : float
+        Mean output tokens per request.
+    n : int
+        Measured requests per level (after ``warmup``).
+    seed : int, default 0
+        Seed.
+    warmup : int, default 100
+        Requests dropped from the start of each level.
+    spread : float, default 0.5
+        Relative half-width of the output-length distribution.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A requests table (``level_kind == "concurrency"``) with ``completion_tokens``.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for big_n in levels:
+        m = n + warmup
+        waiting = [(0.0, w) for w in range(big_n)]  # (sent, worker), FIFO
+        running: list[list] = []  # [sent, worker, tokens left, tokens total]
+        now, rows = 0.0, []
+        while not _complete(rows, running, waiting, m):
+            while waiting and len(running) < slots:
+                sent, w = waiting.pop(0)
+                total = int(rng.integers(tokens * (1 - spread), tokens * (1 + spread) + 1))
+                running.append([sent, w, total, total])
+            now += t0_s + t1_s * len(running)
+            for r in running:
+                r[2] -= 1
+            for r in [r for r in running if r[2] == 0]:
+                running.remove(r)
+                rows.append((r[0], now, r[1], r[3]))
+                waiting.append((now, r[1]))
+        rows.sort()
+        sent, end, w, tok = (list(x) for x in zip(*rows[warmup:m], strict=True))
+        frame = _frame(big_n, "concurrency", sent, sent, end, w)
+        frame["completion_tokens"] = pd.array(tok, dtype="Int64")
+        out.append(frame)
+    return pd.concat(out, ignore_index=True)

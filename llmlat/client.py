@@ -1,0 +1,593 @@
+"""One logical request in, one measured :class:`~llmlat.schema.Record` out.
+
+:class:`Client` sends a payload to a :class:`Target`, times it with ``perf_counter_ns`` (send,
+first byte, first generated content, each content chunk, end), classifies what went wrong into
+:data:`~llmlat.schema.ERROR_KINDS`, and retries per a :class:`RetryPolicy` (exponential backoff
+with full jitter, ``Retry-After`` honoured). It never raises for an HTTP, protocol, timeout or
+connection error: those are data.
+
+The API key is read from the environment variable the target names when the client starts and
+lives only in the request headers: not in a Target, a Record, an error text or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+from yarl import URL
+
+from llmlat.endpoints import (
+    API_NAMES,
+    BodyResult,
+    StreamParser,
+    clean_error,
+    get_endpoint,
+    make_payload,
+)
+from llmlat.schema import Attempt, Record
+
+__all__ = ["RETRYABLE", "Client", "RetryPolicy", "Target", "classify_status", "redact_url"]
+
+#: Error kinds worth another attempt.
+RETRYABLE = frozenset({"rate_limited", "server_error", "connection"})
+
+_NAN = float("nan")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials: user info and query values are replaced by ``***``.
+
+    Parameters
+    ----------
+    url : str
+        Any URL.
+
+    Returns
+    -------
+    str
+    """
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = (
+        "&".join(q.split("=", 1)[0] + "=***" for q in parts.query.split("&")) if parts.query else ""
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to send requests and how.
+
+    Parameters
+    ----------
+    url : str
+        Base URL (``http://host:port`` or ``.../v1``) or the full endpoint URL.
+    api : str
+        One of :data:`llmlat.endpoints.API_NAMES`.
+    model : str, optional
+        Sent as the body's ``model`` when given.
+    api_key_env : str, optional
+        Name of the environment variable that holds the API key (never the key itself).
+    headers : dict of str to str, optional
+        Extra request headers (their values are not shown in the repr).
+    timeout_s : float
+        Limit for one attempt, from send to the end of the answer.
+    stream : bool
+        Ask for a server-sent-event stream (needed for TTFT and inter-token latency).
+    max_tokens : int, optional
+        Output token limit (overrides the payload's).
+
+    Raises
+    ------
+    ValueError
+        Naming the field that is invalid.
+    """
+
+    url: str
+    api: str = "openai-chat"
+    model: str | None = None
+    api_key_env: str | None = None
+    headers: dict[str, str] | None = field(default=None, hash=False)
+    timeout_s: float = 60.0
+    stream: bool = True
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or urlsplit(self.url).scheme not in ("http", "https"):
+            raise ValueError("url: expected an http:// or https:// URL")
+        if not urlsplit(self.url).hostname:
+            raise ValueError("url: no host name")
+        if self.api not in API_NAMES:
+            raise ValueError(f"api: expected one of {', '.join(API_NAMES)}, got {self.api!r}")
+        if self.model is not None and not isinstance(self.model, str):
+            raise ValueError("model: expected a string")
+        if self.api_key_env is not None and (
+            not isinstance(self.api_key_env, str) or not self.api_key_env
+        ):
+            raise ValueError("api_key_env: expected the name of an environment variable")
+        if self.headers is not None:
+            if not isinstance(self.headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
+            ):
+                raise ValueError("headers: expected a dict of str to str")
+            if any("\n" in k + v or "\r" in k + v for k, v in self.headers.items()):
+                raise ValueError("headers: names and values must not contain line breaks")
+            object.__setattr__(self, "headers", dict(self.headers))
+        if (
+            not isinstance(self.timeout_s, int | float)
+            or isinstance(self.timeout_s, bool)
+            or not self.timeout_s > 0
+            or not math.isfinite(self.timeout_s)
+        ):
+            raise ValueError("timeout_s: expected a positive number of seconds")
+        if not isinstance(self.stream, bool):
+            raise ValueError("stream: expected True or False")
+        if self.max_tokens is not None and (
+            not isinstance(self.max_tokens, int)
+            or isinstance(self.max_tokens, bool)
+            or self.max_tokens < 1
+        ):
+            raise ValueError("max_tokens: expected a positive integer")
+
+    def api_key(self) -> str | None:
+        """Read the API key from ``os.environ[api_key_env]`` (None when no variable is named).
+
+        Returns
+        -------
+        str or None
+
+        Raises
+        ------
+        ValueError
+            If the named variable is not set or empty (the message names the variable only).
+        """
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ValueError(f"api_key_env: environment variable {self.api_key_env} is not set")
+        return key
+
+    def __repr__(self) -> str:
+        parts = [f"url={redact_url(self.url)!r}", f"api={self.api!r}"]
+        if self.model is not None:
+            parts.append(f"model={self.model!r}")
+        if self.api_key_env is not None:
+            parts.append(f"api_key_env={self.api_key_env!r}")
+        if self.headers:
+            parts.append(f"headers=[{', '.join(sorted(self.headers))}]")
+        parts += [f"timeout_s={self.timeout_s!r}", f"stream={self.stream!r}"]
+        if self.max_tokens is not None:
+            parts.append(f"max_tokens={self.max_tokens!r}")
+        return f"Target({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to wait before another attempt.
+
+    Rate-limited (429), server (5xx) and connection errors are retried; the wait before retry
+    ``k`` (1-based) is drawn uniformly from ``[0, min(backoff_max_s, backoff_base_s * 2**(k-1))]``
+    (full jitter) and is at least the server's ``Retry-After``, which is capped at
+    ``max_retry_wait_s``.
+
+    Parameters
+    ----------
+    retries : int
+        Further attempts after the first (0 records raw refusals).
+    backoff_base_s : float
+        Scale of the exponential backoff.
+    backoff_max_s : float
+        Largest backoff before jitter.
+    max_retry_wait_s : float
+        Cap on a ``Retry-After`` hint.
+
+    Raises
+    ------
+    ValueError
+        Naming the field that is invalid.
+    """
+
+    retries: int = 3
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    max_retry_wait_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
+            raise ValueError("retries: expected an integer >= 0")
+        for name in ("backoff_base_s", "backoff_max_s", "max_retry_wait_s"):
+            value = getattr(self, name)
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not 0 <= value < math.inf
+            ):
+                raise ValueError(f"{name}: expected a finite number of seconds >= 0")
+
+    def wait_s(self, retry: int, retry_after_s: float, rng: random.Random) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based).
+
+        Parameters
+        ----------
+        retry : int
+            1 for the first retry.
+        retry_after_s : float
+            The server's hint (NaN when none).
+        rng : random.Random
+            Source of the jitter.
+
+        Returns
+        -------
+        float
+        """
+        wait = rng.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2.0 ** (retry - 1)))
+        if retry_after_s == retry_after_s:  # not NaN
+            wait = max(wait, min(retry_after_s, self.max_retry_wait_s))
+        return wait
+
+
+def classify_status(status: int) -> str | None:
+    """Error kind of an HTTP status: None for 2xx.
+
+    Parameters
+    ----------
+    status : int
+
+    Returns
+    -------
+    str or None
+        ``"rate_limited"`` (429), ``"server_error"`` (5xx), ``"client_error"`` (anything else).
+    """
+    if 200 <= status < 300:
+        return None
+    if status == 429:
+        return "rate_limited"
+    if status >= 500:
+        return "server_error"
+    return "client_error"
+
+
+def _retry_after(headers: Any) -> float:
+    """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date); NaN if none."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            return max(0.0, float(value) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("Retry-After")
+    if value is None:
+        return _NAN
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError):
+            return _NAN
+    return max(0.0, seconds) if math.isfinite(seconds) else _NAN
+
+
+def _connection_error(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "connection dropped before the answer was complete"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "server closed the connection"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect: {exc.os_error.strerror or type(exc.os_error).__name__}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    return raw.decode("utf-8", "replace")
+
+
+class Client:
+    """Sends logical requests to one target and measures each into a Record.
+
+    Use as ``async with Client(target, retry, run_id=..., t0_ns=..., seed=...) as client:``
+    inside the event loop that will run the requests (the HTTP session is created there).
+
+    Parameters
+    ----------
+    target : Target
+        Where to send.
+    retry : RetryPolicy, optional
+        Retry rules (default ``RetryPolicy()``).
+    run_id : str
+        The run's id (the ``x-llmlat-request-id`` header carries each record's own).
+    t0_ns : int
+        ``perf_counter_ns()`` at the run's t=0: every time recorded is seconds since it.
+    seed : int
+        Seeds the backoff jitter (per request, so the order requests finish in doesn't matter).
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        retry: RetryPolicy | None = None,
+        *,
+        run_id: str,
+        t0_ns: int,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(target, Target):
+            raise ValueError("target: expected a llmlat.client.Target")
+        self.target = target
+        self.retry = RetryPolicy() if retry is None else retry
+        self.run_id = run_id
+        self.t0_ns = t0_ns
+        self.seed = seed
+        self._endpoint = get_endpoint(target.api)
+        self._url = URL(self._endpoint.url(target.url))
+        self._session: aiohttp.ClientSession | None = None
+        self._headers: dict[str, str] = {}
+        self._secret: str | None = None
+        self._last: tuple[Any, bytes] = (None, b"")
+
+    async def __aenter__(self) -> Client:
+        """Read the API key and open the HTTP session in the running loop."""
+        self._secret = self.target.api_key()
+        headers = self._endpoint.headers(self._secret)
+        headers["Accept-Encoding"] = "identity"  # the stream is parsed as it arrives, raw
+        if self.target.headers:
+            headers.update(self.target.headers)
+        self._headers = headers
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30.0)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=self.target.timeout_s),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the HTTP session."""
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP session (idempotent)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def __repr__(self) -> str:
+        return f"Client({self.target!r}, {self.retry!r}, run_id={self.run_id!r})"
+
+    async def send(
+        self,
+        record: Record,
+        payload: dict[str, Any] | str,
+        attempts: list[Attempt] | None = None,
+    ) -> list[Attempt]:
+        """Send one logical request (with retries) and fill ``record``.
+
+        Parameters
+        ----------
+        record : Record
+            With ``run_id, level, level_kind, request_id, phase, worker, in_flight,
+            t_scheduled`` set by the caller; every other field is filled here.
+        payload : dict or str
+            The request (see :func:`llmlat.endpoints.make_payload`). A dict is not changed,
+            and must not be changed after it was sent: the encoded body of the last payload
+            object is reused when the same object comes again.
+        attempts : list of Attempt, optional
+            Each attempt is appended here as it starts, so the caller keeps them even when the
+            send is cancelled.
+
+        Returns
+        -------
+        list of Attempt
+            One per HTTP attempt of this request.
+
+        Raises
+        ------
+        asyncio.CancelledError
+            When cancelled; ``record`` is filled first (``error_kind="cancelled"``).
+        RuntimeError
+            If the client was not started (``async with``).
+        """
+        if self._session is None:
+            raise RuntimeError("Client.send: use 'async with Client(...)' first")
+        target = self.target
+        if payload is self._last[0]:
+            body = self._last[1]  # a closed loop sends one payload object again and again
+        else:
+            made = payload if isinstance(payload, dict) else make_payload(payload, target.api)
+            body = json.dumps(
+                self._endpoint.body(
+                    made, model=target.model, stream=target.stream, max_tokens=target.max_tokens
+                ),
+                separators=(",", ":"),
+            ).encode()
+            self._last = (payload, body)
+        mine: list[Attempt] = []
+        rid = f"{record.run_id}/{record.request_id}/"
+        retries = self.retry.retries
+        hint = _NAN
+        wait = 0.0
+        result: StreamParser | BodyResult | None = None
+        rng: random.Random | None = None
+        slept_from = 0  # perf_counter_ns when the current backoff sleep began, 0 when awake
+        try:
+            while True:
+                att = Attempt(
+                    record.run_id,
+                    record.level,
+                    record.request_id,
+                    len(mine) + 1,
+                    wait_before_s=wait,
+                )
+                mine.append(att)
+                if attempts is not None:
+                    attempts.append(att)
+                result = self._endpoint.stream_parser() if target.stream else None
+                result = await self._attempt(att, body, rid + str(att.attempt), result)
+                if att.retry_after_s == att.retry_after_s:
+                    hint = att.retry_after_s
+                if att.error_kind not in RETRYABLE or att.attempt > retries:
+                    break
+                if rng is None:
+                    rng = random.Random(f"{self.seed}/{record.request_id}")
+                slept_from = time.perf_counter_ns()
+                await asyncio.sleep(self.retry.wait_s(att.attempt, att.retry_after_s, rng))
+                wait = (time.perf_counter_ns() - slept_from) / 1e9
+                slept_from = 0
+                record.retry_wait_s += wait
+        except asyncio.CancelledError:
+            att = mine[-1]
+            now = time.perf_counter_ns()
+            t_end = (now - self.t0_ns) / 1e9
+            if slept_from:
+                record.retry_wait_s += (now - slept_from) / 1e9
+            elif att.t_end != att.t_end:  # cancelled during the attempt
+                att.t_end = t_end
+                att.error_kind, att.error = "cancelled", "cancelled"
+            self._finish(record, mine, result, hint)
+            record.t_end = t_end
+            record.error_kind, record.error, record.ok = "cancelled", "cancelled", False
+            record.latency_s = t_end - record.t_scheduled
+            record.service_s = t_end - record.t_sent
+            raise
+        self._finish(record, mine, result, hint)
+        return mine
+
+    async def _attempt(
+        self, att: Attempt, body: bytes, rid: str, parser: StreamParser | None
+    ) -> StreamParser | BodyResult | None:
+        """One HTTP attempt: fills ``att``; returns what the answer said (parser or body)."""
+        assert self._session is not None
+        t0 = self.t0_ns
+        headers = self._headers.copy()
+        headers["x-llmlat-request-id"] = rid
+        t = time.perf_counter_ns()
+        att.t_sent = (t - t0) / 1e9
+        out: StreamParser | BodyResult | None = parser
+        try:
+            async with self._session.post(
+                self._url, data=body, headers=headers, allow_redirects=False
+            ) as resp:
+                t = time.perf_counter_ns()
+                att.t_first_byte = (t - t0) / 1e9
+                status = att.status = resp.status
+                kind = classify_status(status)
+                if kind is not None:
+                    att.retry_after_s = _retry_after(resp.headers)
+                    raw = await resp.read()
+                    t = time.perf_counter_ns()
+                    msg = f"HTTP {status}: {_error_message(raw)}" if raw else f"HTTP {status}"
+                    att.error_kind, att.error = kind, clean_error(msg, self._secret)
+                elif parser is not None:
+                    content = resp.content
+                    feed = parser.feed
+                    while True:
+                        data = await content.readany()
+                        t = time.perf_counter_ns()
+                        if not data:
+                            break
+                        feed(data, t)
+                        if parser.error is not None:
+                            break
+                    parser.close(t)
+                    if parser.error is not None:
+                        att.error_kind = parser.error_kind
+                        att.error = clean_error(parser.error, self._secret)
+                    elif not parser.done:
+                        att.error_kind = "protocol"
+                        att.error = (
+                            "stream ended before the answer was complete"
+                            if parser.times or resp.content_type == "text/event-stream"
+                            else f"expected an event stream, got {resp.content_type}"[:120]
+                        )
+                else:
+                    out = self._endpoint.parse_body(await resp.read())
+                    t = time.perf_counter_ns()
+                    if out.error is not None:
+                        att.error_kind = out.error_kind
+                        att.error = clean_error(out.error, self._secret)
+        except TimeoutError:
+            t = time.perf_counter_ns()
+            att.error_kind = "timeout"
+            att.error = f"no complete answer within timeout_s={self.target.timeout_s:g}"
+        except (aiohttp.ClientError, OSError) as exc:
+            t = time.perf_counter_ns()
+            att.error_kind = "connection"
+            att.error = clean_error(_connection_error(exc), self._secret)
+        except Exception as exc:  # an instrument records what happened, it does not crash
+            t = time.perf_counter_ns()
+            att.error_kind = "protocol"
+            att.error = clean_error(f"unexpected {type(exc).__name__}: {exc}", self._secret)
+        att.t_end = (t - t0) / 1e9
+        return out
+
+    def _finish(
+        self,
+        record: Record,
+        mine: list[Attempt],
+        result: StreamParser | BodyResult | None,
+        hint: float,
+    ) -> None:
+        """Fill ``record`` from its attempts and the last attempt's answer."""
+        first, last = mine[0], mine[-1]
+        record.attempts = len(mine)
+        record.t_sent = first.t_sent
+        record.t_first_byte = last.t_first_byte
+        record.t_end = last.t_end
+        record.status = last.status
+        record.error_kind, record.error = last.error_kind, last.error
+        record.ok = last.error_kind is None
+        record.retry_after_s = hint
+        record.latency_s = record.t_end - record.t_scheduled
+        record.service_s = record.t_end - record.t_sent
+        record.lag_s = record.t_sent - record.t_scheduled
+        if result is None:
+            return
+        record.prompt_tokens = result.prompt_tokens
+        record.completion_tokens = result.completion_tokens
+        record.cached_tokens = result.cached_tokens
+        if isinstance(result, StreamParser) and result.times:
+            _chunk_stats(record, result.times, self.t0_ns)
+
+
+def _chunk_stats(record: Record, times: list[int], t0_ns: int) -> None:
+    """TTFT, inter-token latency and time per output token from content-chunk arrival times."""
+    n = len(times)
+    first = times[0]
+    record.chunks = n
+    record.t_first_token = (first - t0_ns) / 1e9
+    record.ttft_s = record.t_first_token - record.t_scheduled
+    if n > 1:
+        gaps = sorted([b - a for a, b in itertools.pairwise(times)])
+        m = len(gaps)
+        mid = gaps[m // 2] if m % 2 else (gaps[m // 2 - 1] + gaps[m // 2]) / 2
+        record.itl_mean_s = (times[-1] - first) / (n - 1) / 1e9
+        record.itl_p50_s = mid / 1e9
+        record.itl_max_s = gaps[-1] / 1e9
+    tokens = record.completion_tokens
+    if tokens is not None and tokens > 1:
+        record.tpot_s = (record.t_end - record.t_first_token) / (tokens - 1)

@@ -1,0 +1,156 @@
+"""``llmlat demo``: the whole job end to end on the built-in simulator, no key, no network.
+
+Sweep the ``article`` replica at concurrency 1..100, print the per-level summary, fit c and
+mu with confidence intervals, plan the load that keeps p95 under a target, and write an HTML
+report with the figures and the dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["DEMO_LEVELS", "run_demo"]
+
+#: The concurrency levels of the demo sweep.
+DEMO_LEVELS = (1, 2, 5, 10, 20, 50, 100)
+_QUICK_LEVELS = (1, 5, 20, 50)
+
+
+def _requests_per_level(level: int, quick: bool) -> int:
+    # enough for each worker to cycle about twice: a steady state without a long demo
+    return max(12, level) if quick else max(20, 2 * level)
+
+
+def run_demo(
+    out: str | Path = "report",
+    *,
+    levels: tuple[int, ...] = DEMO_LEVELS,
+    preset: str = "article",
+    p95_s: float | None = None,
+    seed: int = 0,
+    quick: bool = False,
+    progress: bool = True,
+    stream: Any = None,
+) -> Path:
+    """Run the demo study and write its report.
+
+    Parameters
+    ----------
+    out : str or path, default "report"
+        The report folder.
+    levels : tuple of int, default DEMO_LEVELS
+        Concurrency levels to sweep (ignored when ``quick``).
+    preset : str, default "article"
+        The simulator preset.
+    p95_s : float, optional
+        The p95 latency target of the plan; default: twice the p95 measured at the lightest
+        level, the kind of budget an interactive feature has.
+    seed : int, default 0
+        Seed of the simulator and the sweep.
+    quick : bool, default False
+        A shorter sweep (fewer levels and requests), for tests and a first look.
+    progress : bool, default True
+        Show progress bars.
+    stream : file-like, optional
+        Where to print (default: standard output).
+
+    Returns
+    -------
+    pathlib.Path
+        The report's ``index.html``.
+    """
+    from llmlat.report import build_report
+    from llmlat.sim import SimConfig
+    from llmlat.sweeps import sweep
+
+    out_stream = stream or sys.stdout
+
+    def say(text: str = "") -> None:
+        print(text, file=out_stream, flush=True)
+
+    levels = _QUICK_LEVELS if quick else tuple(levels)
+    requests = [_requests_per_level(n, quick) for n in levels]
+    say(f"llmlat demo: simulator preset {preset!r}, concurrency {list(levels)}, seed {seed}")
+    started = time.perf_counter()
+    result = sweep(
+        url=None,
+        simulator=SimConfig.from_preset(preset, seed=seed),
+        concurrency=list(levels),
+        requests=requests,
+        seed=seed,
+        progress=progress,
+    )
+    say(f"\nMeasured {len(result.requests)} requests in {time.perf_counter() - started:.0f} s.\n")
+    with pd.option_context("display.width", 200, "display.max_columns", 12):
+        columns = [
+            "level",
+            "n",
+            "ok_rate",
+            "rate_limited_rate",
+            "throughput_rps",
+            "latency_p50_s",
+            "latency_p95_s",
+            "ttft_p95_s",
+        ]
+        summary = result.summary()
+        say(summary[[c for c in columns if c in summary]].to_string(index=False))
+    if p95_s is None:
+        lightest = summary.loc[summary["level"].idxmin()]
+        p95_s = round(2 * float(lightest["latency_p95_s"]), 2)
+    report = build_report(result, out, p95_s=p95_s, title="llmlat demo: the article replica")
+    for note in report.notes:
+        say(f"note: {note}")
+    if report.fit is not None:
+        say("\n" + str(report.fit.summary()))
+        capacity = report.fit.conf_int()
+        say("\n95% confidence intervals:\n" + capacity.to_string())
+    if report.plan is not None:
+        plan = report.plan
+        say(
+            f"\nPlan for p95 <= {p95_s:g} s: at most {plan.concurrency} requests in flight "
+            f"or {plan.rate_rps:.2f} requests/s (utilization "
+            f"{plan.utilization_at_max_rate:.0%} of the fitted capacity "
+            f"{plan.capacity_rps:.2f} requests/s; bound: {plan.binding})."
+        )
+    say(f"\nreport: {report.path.resolve()}")
+    return report.path
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``llmlat demo``.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The ``llmlat`` command's subparsers.
+    """
+    parser = subparsers.add_parser(
+        "demo",
+        help="sweep the built-in simulator, fit, plan and write a report",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("--out", default="report", help="report folder (default: report)")
+    parser.add_argument("--preset", default="article", help="simulator preset")
+    parser.add_argument("--p95", type=float, metavar="SECONDS", help="p95 target of the plan")
+    parser.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+    parser.add_argument("--quick", action="store_true", help="a shorter sweep")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    run_demo(
+        args.out,
+        preset=args.preset,
+        p95_s=args.p95,
+        seed=args.seed,
+        quick=args.quick,
+        progress=not args.no_progress,
+    )
+    return 0

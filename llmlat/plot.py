@@ -1,0 +1,737 @@
+"""Seaborn figures of a sweep: latency, utilization, throughput, ECDF, errors, and an overview.
+
+Each function takes a :class:`~llmlat.results.SweepResult` or a requests table with the columns of
+:data:`llmlat.schema.REQUEST_COLUMNS`, draws on ``ax`` (or on a new figure) and returns the
+:class:`matplotlib.figure.Figure`. Figures are built with the object-oriented API, never through
+pyplot, so nothing leaks into global state and Jupyter shows a returned figure exactly once.
+
+Warmup rows are left out. Latency statistics are taken over successful requests only; failures
+are counted, never mixed into the percentiles, and the error rate is shown beside them.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, PercentFormatter
+from scipy import stats as _stats
+
+from llmlat.summary import summarize
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llmlat.fitting import FitResult
+    from llmlat.results import SweepResult
+
+    Data = SweepResult | pd.DataFrame
+
+__all__ = ["ecdf", "errors", "latency", "overview", "throughput", "utilization"]
+
+#: Confidence of the error bars drawn around observed percentiles.
+CI_LEVEL = 0.95
+# statistic -> quantile probability (None: the mean)
+_STATS: dict[str, float | None] = {"mean": None, "p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+_METRIC_LABELS = {
+    "latency_s": "latency",
+    "service_s": "service time",
+    "ttft_s": "time to first token",
+    "tpot_s": "time per output token",
+    "itl_mean_s": "mean inter-token latency",
+    "itl_p50_s": "median inter-token latency",
+    "itl_max_s": "max inter-token latency",
+    "retry_wait_s": "retry wait",
+    "lag_s": "send lag",
+}
+_LEVEL_LABELS = {
+    "concurrency": "concurrency (requests in flight)",
+    "rate": "offered rate (req/s)",
+    "trace": "trace level",
+}
+_STYLE = "whitegrid"
+_FIGSIZE = (6.4, 4.4)
+_GRID_CELL = (5.6, 4.0)
+_MAX_TICKS = 12
+_UTILIZATION_MARKS = (0.7, 0.9)
+# a level whose throughput is below this share of its no-queueing bound shows saturation
+_SATURATED = 0.9
+
+
+# ---------------------------------------------------------------- input
+
+
+class _Sweep(NamedTuple):
+    """The measured rows of a sweep and what the summary needs beside them."""
+
+    requests: pd.DataFrame  # warmup rows removed
+    attempts: pd.DataFrame | None
+    levels: pd.DataFrame | None
+    meta: dict
+
+
+def _tables(data: Any) -> _Sweep:
+    """Validate ``data`` and return its measured requests with the other tables."""
+    if isinstance(data, pd.DataFrame):
+        sweep = _Sweep(data, None, None, {})
+    elif isinstance(getattr(data, "requests", None), pd.DataFrame):
+        sweep = _Sweep(
+            data.requests,
+            getattr(data, "attempts", None),
+            getattr(data, "levels", None),
+            getattr(data, "meta", None) or {},
+        )
+    else:
+        raise ValueError(
+            f"data: expected a SweepResult or a requests DataFrame, got {type(data).__name__}"
+        )
+    requests = sweep.requests
+    for column in ("level", "ok"):
+        _need(requests, column)
+    if "phase" in requests:  # without it every row counts as measured, as in summarize()
+        requests = requests[(requests["phase"] != "warmup").fillna(True).to_numpy(bool)]
+    if requests.empty:
+        raise ValueError("data: no measured (non-warmup) requests to plot")
+    kinds = requests["level_kind"].dropna().unique() if "level_kind" in requests else []
+    if len(kinds) > 1:
+        raise ValueError(f"level_kind: mixed kinds {sorted(kinds)}; plot each kind separately")
+    if "run_id" in requests:
+        # runs that cover different levels (SweepResult.concat) plot as one sweep
+        runs = requests.groupby("level")["run_id"].nunique()
+        if (runs > 1).any():
+            level = runs.index[runs > 1][0]
+            raise ValueError(f"run_id: level {level:g} was measured in several runs; pick one run")
+    return sweep._replace(requests=requests)
+
+
+def _need(requests: pd.DataFrame, column: str) -> None:
+    if column not in requests.columns:
+        raise ValueError(f"data: missing column {column!r}")
+
+
+def _ok(requests: pd.DataFrame) -> np.ndarray:
+    return requests["ok"].fillna(False).to_numpy(bool)
+
+
+def _floats(column: pd.Series) -> np.ndarray:
+    return pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+
+def _level_kind(requests: pd.DataFrame) -> str | None:
+    if "level_kind" not in requests:
+        return None
+    kinds = requests["level_kind"].dropna()
+    return str(kinds.iloc[0]) if len(kinds) else None
+
+
+def _level_label(kind: str | None) -> str:
+    return _LEVEL_LABELS.get(kind or "", "load level")
+
+
+def _metric_label(metric: str) -> str:
+    name = _METRIC_LABELS.get(metric, metric.removesuffix("_s").replace("_", " "))
+    return f"{name} (s)" if metric.endswith("_s") else name
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def _quantile_ci(values: np.ndarray, q: float) -> tuple[float, float, float]:
+    """Return (estimate, low, high) of quantile ``q`` with a distribution-free order-statistic CI.
+
+    The estimate interpolates linearly, as :func:`llmlat.summary.summarize` does. The bounds are
+    the order statistics whose ranks bracket ``n * q`` with binomial probability ``CI_LEVEL``;
+    with too few values to bound a tail they fall back to the sample extreme.
+    """
+    x = np.sort(values)
+    n = len(x)
+    if n == 0:
+        return (np.nan, np.nan, np.nan)
+    alpha = 1.0 - CI_LEVEL
+    lo = int(_stats.binom.ppf(alpha / 2, n, q))  # 1-based rank of the lower bound
+    hi = int(_stats.binom.ppf(1 - alpha / 2, n, q)) + 1
+    return (
+        float(np.quantile(x, q)),
+        float(x[min(max(lo, 1), n) - 1]),
+        float(x[min(max(hi, 1), n) - 1]),
+    )
+
+
+def _mean_ci(values: np.ndarray) -> tuple[float, float, float]:
+    """Return (mean, low, high) with a Student-t interval at ``CI_LEVEL``."""
+    n = len(values)
+    if n == 0:
+        return (np.nan, np.nan, np.nan)
+    mean = float(values.mean())
+    if n == 1:
+        return (mean, mean, mean)
+    half = _stats.t.ppf(0.5 + CI_LEVEL / 2, n - 1) * values.std(ddof=1) / np.sqrt(n)
+    return (mean, mean - half, mean + half)
+
+
+def _summary(sweep: _Sweep) -> pd.DataFrame:
+    """Per-level counts, rates and throughput from :func:`llmlat.summary.summarize`.
+
+    Adds ``attempt_429_rate``: the share of HTTP attempts answered 429, known only with an
+    attempts table.
+    """
+    table = summarize(sweep.requests, sweep.attempts, sweep.levels)
+    table = table[table["n"] > 0].sort_values("level", ignore_index=True)
+    attempts = table["n"] + table["retries"].astype("Float64")
+    table["attempt_429_rate"] = (table["http_429"] / attempts).astype(float)
+    return table
+
+
+def _percentiles(requests: pd.DataFrame, metric: str, stats: Sequence[str]) -> pd.DataFrame:
+    """Per-level estimates of each statistic of ``metric`` over ok requests, with CI bounds."""
+    rows = []
+    ok = requests[_ok(requests)]
+    for level, group in ok.groupby("level", sort=True):
+        values = _floats(group[metric])
+        values = values[np.isfinite(values)]
+        for stat in stats:
+            q = _STATS[stat]
+            rows.append(
+                (
+                    level,
+                    stat,
+                    len(values),
+                    *(_mean_ci(values) if q is None else _quantile_ci(values, q)),
+                )
+            )
+    return pd.DataFrame(rows, columns=["level", "stat", "n", "value", "low", "high"])
+
+
+# ---------------------------------------------------------------- drawing helpers
+
+
+class _ShownFigure(Figure):
+    """A Figure that Jupyter renders as one PNG although pyplot never saw it.
+
+    IPython's inline PNG formatter exists only once the inline backend was activated (e.g. by
+    ``%matplotlib inline``); without it a bare Figure would print as ``<Figure size ...>``.
+    When the formatter exists it takes precedence over this method, so the image appears once.
+    """
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", bbox_inches="tight")
+        return buffer.getvalue()
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float] = _FIGSIZE) -> Axes:
+    if ax is not None:
+        return ax
+    with sns.axes_style(_STYLE):
+        fig = _ShownFigure(figsize=figsize, layout="constrained")
+        return fig.add_subplot()
+
+
+def _wide(values: np.ndarray | pd.Series) -> bool:
+    """Whether positive ``values`` span more than one decade (so a log axis reads better)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    return len(v) > 1 and v.max() / v.min() > 10.0
+
+
+def _level_axis(ax: Axes, levels: np.ndarray, kind: str | None) -> None:
+    ax.set_xlabel(_level_label(kind))
+    if _wide(levels):
+        ax.set_xscale("log")
+        if len(np.unique(levels)) <= _MAX_TICKS:
+            # swept values as plain numbers read better than powers of ten
+            ax.set_xticks(np.unique(levels), [f"{v:g}" for v in np.unique(levels)])
+            ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _grid(levels: np.ndarray, n: int = 200) -> np.ndarray:
+    lo, hi = float(np.min(levels)), float(np.max(levels))
+    return np.geomspace(lo, hi, n) if _wide(levels) else np.linspace(lo, hi, n)
+
+
+def _fit_metric(fit: FitResult, metric: str) -> None:
+    if f"{fit.metric}_s" != metric:
+        raise ValueError(f"fit: it models {fit.metric}_s, so it cannot be drawn over {metric}")
+
+
+def _fit_kind(fit: FitResult, kind: str | None) -> str:
+    """Return the model form that matches the sweep: closed for concurrency, open for rate."""
+    if kind is None:
+        return str(fit.kind)
+    if kind not in ("concurrency", "rate"):
+        raise ValueError(f"level_kind: a fitted model cannot be drawn over a {kind!r} sweep")
+    return kind
+
+
+def _fit_curve(
+    fit: FitResult, loads: np.ndarray | None, kind: str | None, stats: Sequence[str]
+) -> pd.DataFrame:
+    """Tabulate the fitted model over ``loads`` (its own grid when None) in the sweep's form."""
+    kind = _fit_kind(fit, kind)
+    if loads is not None:
+        loads = _grid(loads)
+        if kind == "concurrency":  # the closed form takes whole numbers of clients
+            loads = np.unique(np.maximum(np.round(loads), 1.0))
+    return fit.curve(loads, kind=kind, stats=tuple(stats))
+
+
+def _fit_column(fit: FitResult, stat: str) -> str:
+    return f"{fit.metric}_{stat}_s"
+
+
+def _check_stats(stats: Sequence[str]) -> None:
+    unknown = [s for s in stats if s not in _STATS]
+    if unknown or not stats:
+        raise ValueError(f"stats: expected some of {list(_STATS)}, got {list(stats)}")
+
+
+def _comparable(stats: Sequence[str], fit: FitResult, curve: pd.DataFrame) -> tuple[str, ...]:
+    """Add the mean when the model predicts none of ``stats`` (batch, mgc): like with like."""
+    if "mean" in stats or any(curve[_fit_column(fit, s)].notna().any() for s in stats):
+        return tuple(stats)
+    return (*stats, "mean")
+
+
+def _cap_ylim(ax: Axes, observed_top: float) -> None:
+    """Keep a fitted curve that runs off to infinity near saturation from flattening the data."""
+    if np.isfinite(observed_top) and ax.get_ylim()[1] > 1.6 * observed_top:
+        ax.set_ylim(top=1.6 * observed_top)
+
+
+def _note(ax: Axes, text: str) -> None:
+    ax.text(0.01, 0.99, text, transform=ax.transAxes, va="top", fontsize="small", color="0.35")
+
+
+def _caveats(
+    ax: Axes, levels: pd.DataFrame, *, failures: bool = True, lines: Sequence[str] = ()
+) -> None:
+    """Say what the points leave out or cannot vouch for, from the summary's checks."""
+    lines = list(lines)
+    failed = int((levels["n"] - levels["ok"]).sum())
+    if failures and failed:
+        total = int(levels["n"].sum())
+        lines.append(f"ok requests only: {failed} of {total} failed ({failed / total:.1%})")
+    for column, text in (("steady", "no steady state"), ("client_bound", "client-bound")):
+        flagged = levels["level"][levels[column].eq(column == "client_bound").fillna(False)]
+        if len(flagged):
+            lines.append(f"{text} at level {', '.join(f'{v:g}' for v in flagged)}")
+    if lines:
+        _note(ax, "\n".join(lines))
+
+
+# ---------------------------------------------------------------- public figures
+
+
+def latency(
+    data: Data,
+    fit: FitResult | None = None,
+    *,
+    metric: str = "latency_s",
+    stats: Sequence[str] = ("p50", "p95"),
+    ax: Axes | None = None,
+) -> Figure:
+    """Plot observed latency percentiles per load level, with CIs and fitted curves.
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        A sweep, or a requests table with the record schema. Warmup rows are ignored.
+    fit : FitResult, optional
+        A model fitted to the same metric; its curve of each statistic is drawn over the
+        points, in the sweep's form (closed for concurrency, open for rate). A model that
+        predicts means only (``batch``, ``mgc``) adds the observed and fitted mean.
+    metric : str, default "latency_s"
+        The per-request time column to summarise, e.g. ``"ttft_s"``.
+    stats : sequence of str, default ("p50", "p95")
+        Statistics to show, from ``"mean"``, ``"p50"``, ``"p90"``, ``"p95"``, ``"p99"``.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; a new figure when omitted.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure holding the plot.
+
+    Raises
+    ------
+    ValueError
+        On empty data, a missing column, an unknown statistic, no successful request, or a
+        fit of another metric.
+
+    Notes
+    -----
+    Error bars are distribution-free order-statistic confidence intervals at ``CI_LEVEL``
+    over the successful requests of the level (Student-t for the mean). The x axis is
+    logarithmic when the levels span more than a decade.
+    """
+    sweep = _tables(data)
+    requests = sweep.requests
+    _need(requests, metric)
+    _check_stats(stats)
+    kind = _level_kind(requests)
+    levels = _summary(sweep)
+    curve = None
+    if fit is not None:
+        _fit_metric(fit, metric)
+        curve = _fit_curve(fit, levels["level"].to_numpy(), kind, ("mean", *stats))
+        stats = _comparable(stats, fit, curve)
+    points = _percentiles(requests, metric, stats)
+    if points["value"].isna().all():
+        raise ValueError(f"data: no successful request with a {metric!r} value")
+    ax = _axes(ax)
+    palette = sns.color_palette(n_colors=len(stats))
+    for stat, color in zip(stats, palette, strict=True):
+        _errorbar(ax, points[points["stat"] == stat], "level", color, joined=curve is None)
+        if curve is not None and curve[_fit_column(fit, stat)].notna().any():
+            ax.plot(
+                curve["load"],
+                curve[_fit_column(fit, stat)],
+                color=color,
+                label=f"{fit.model} fit {stat}",
+            )
+    _level_axis(ax, levels["level"].to_numpy(), kind)
+    ax.set_ylabel(_metric_label(metric))
+    ax.set_ylim(bottom=0)
+    _cap_ylim(ax, points["high"].max())
+    ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs load")
+    _caveats(ax, levels)
+    ax.legend(loc="lower right", fontsize="small")
+    return ax.figure
+
+
+def _errorbar(ax: Axes, points: pd.DataFrame, x: str, color: Any, *, joined: bool) -> None:
+    """Draw one statistic's per-level estimates with their CI as error bars."""
+    value = points["value"].to_numpy(float)
+    ax.errorbar(
+        points[x].to_numpy(float),
+        value,
+        yerr=[value - points["low"].to_numpy(float), points["high"].to_numpy(float) - value],
+        fmt="o-" if joined else "o",
+        lw=1,
+        color=color,
+        capsize=3,
+        label=f"observed {points['stat'].iloc[0]} ({CI_LEVEL:.0%} CI)",
+    )
+
+
+def utilization(
+    data: Data, fit: FitResult, *, stats: Sequence[str] = ("p50", "p95"), ax: Axes | None = None
+) -> Figure:
+    """Plot latency against utilization (measured throughput over the fitted capacity c*mu).
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        A sweep, or a requests table with the record schema.
+    fit : FitResult
+        The fitted model: it gives the capacity, the metric and the curve.
+    stats : sequence of str, default ("p50", "p95")
+        Statistics to show, from ``"mean"``, ``"p50"``, ``"p90"``, ``"p95"``, ``"p99"``.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; a new figure when omitted.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure holding the plot, with dotted marks at 70% and 90% utilization.
+
+    Raises
+    ------
+    ValueError
+        Without a fit, on empty data, a missing column or an unknown statistic.
+
+    Notes
+    -----
+    A level's utilization is its measured throughput (ok requests per second, as in
+    :func:`llmlat.summary.summarize`) over ``fit.capacity_rps``, so closed- and open-loop sweeps
+    share this axis. The solid curve is the fitted model in the sweep's form against its own
+    utilization. For a concurrency sweep the open form (the same station fed by Poisson
+    arrivals, what the 70% / 90% rules of thumb are about) is drawn dashed beside it.
+    """
+    if fit is None:
+        raise ValueError("fit: utilization needs a FitResult (the capacity c*mu comes from it)")
+    sweep = _tables(data)
+    metric = f"{fit.metric}_s"
+    _need(sweep.requests, metric)
+    _check_stats(stats)
+    kind = _fit_kind(fit, _level_kind(sweep.requests))
+    # a closed loop's own curve is flat, then vertical at 100%; the open form is the curve
+    # that Poisson traffic (and so capacity planning) would see on the same station
+    curves = {form: _fit_curve(fit, None, form, ("mean", *stats)) for form in {kind, "rate"}}
+    stats = _comparable(stats, fit, curves[kind])
+    levels = _summary(sweep)
+    util = pd.Series(levels["throughput_rps"].to_numpy() / fit.capacity_rps, index=levels["level"])
+    points = _percentiles(sweep.requests, metric, stats)
+    points["utilization"] = points["level"].map(util)
+    ax = _axes(ax)
+    palette = sns.color_palette(n_colors=len(stats))
+    for stat, color in zip(stats, palette, strict=True):
+        _errorbar(ax, points[points["stat"] == stat], "utilization", color, joined=False)
+        column = _fit_column(fit, stat)
+        for form, curve in sorted(curves.items(), key=lambda item: item[0] != kind):
+            if curve[column].notna().any():
+                open_form = form != kind
+                ax.plot(
+                    curve["utilization"],
+                    curve[column],
+                    color=color,
+                    ls="--" if open_form else "-",
+                    lw=1 if open_form else 1.5,
+                    label=f"{fit.model} fit {stat}" + (", Poisson arrivals" if open_form else ""),
+                )
+    for mark in _UTILIZATION_MARKS:
+        ax.axvline(mark, color="0.45", ls=":", lw=1)
+        ax.text(
+            mark,
+            1.0,
+            f" {mark:.0%}",
+            transform=ax.get_xaxis_transform(),
+            va="top",
+            fontsize="small",
+            color="0.35",
+        )
+    ax.set_xlim(0, max(1.02, 1.05 * np.nanmax(points["utilization"])))
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_xlabel(f"utilization (throughput / capacity {fit.capacity_rps:.3g} req/s)")
+    ax.set_ylabel(_metric_label(metric))
+    ax.set_ylim(bottom=0)
+    _cap_ylim(ax, points["high"].max())
+    ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs utilization")
+    _caveats(ax, levels)
+    ax.legend(loc="center left", fontsize="small")
+    return ax.figure
+
+
+def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None) -> Figure:
+    """Plot throughput against load, with the asymptotic bounds and the saturation knee.
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        A sweep, or a requests table with the record schema.
+    fit : FitResult, optional
+        When given, its throughput curve is drawn, and its capacity (c*mu, or the batching
+        throughput at the slot cap) as a horizontal line that bounds the knee.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; a new figure when omitted.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure holding the plot.
+
+    Raises
+    ------
+    ValueError
+        On empty data or missing time columns.
+
+    Notes
+    -----
+    The knee is where the two asymptotic bounds of operational analysis cross: throughput
+    cannot exceed the capacity ``X_max`` (the fit's c*mu, else the highest measured
+    throughput), nor ``N / (R0 + Z)`` for a closed loop of ``N`` clients (``R0`` = the lowest
+    per-level mean latency, ``Z`` = think time), nor the offered rate for an open loop. So the
+    knee is at ``N* = X_max * (R0 + Z)`` clients, or at a rate of ``X_max``. Without a fit
+    and while the highest level still runs within 90% of its no-queueing bound, saturation
+    was not reached and no knee is drawn (the plot says so).
+    """
+    sweep = _tables(data)
+    requests = sweep.requests
+    for column in ("t_scheduled", "t_end", "latency_s"):
+        _need(requests, column)
+    levels = _summary(sweep)
+    kind = _level_kind(requests)
+    x = levels["level"].to_numpy(dtype=float)
+    ax = _axes(ax)
+    palette = sns.color_palette()
+    ax.plot(x, levels["throughput_rps"], "o-", color=palette[0], label="measured")
+    x_max = float(levels["throughput_rps"].max())  # NaN when no level has a span
+    if fit is not None:
+        x_max = float(fit.capacity_rps)
+        curve = _fit_curve(fit, x, kind, ())
+        ax.plot(curve["load"], curve["throughput_rps"], color=palette[1], label=f"{fit.model} fit")
+        ax.axhline(x_max, color=palette[1], ls="--", lw=1, label=f"fitted capacity {x_max:.3g}/s")
+    notes: list[str] = []
+    slope = _bound_slope(levels, kind, _think_time(sweep.meta, fit))
+    if slope is not None and np.isfinite(slope) and slope > 0 and x_max > 0:
+        top = levels["throughput_rps"].iloc[-1]
+        if fit is None and not top < _SATURATED * slope * x[-1]:
+            # still on the no-queueing line: the best throughput seen is no capacity estimate
+            ax.plot(x, slope * x, color="0.6", ls="--", lw=1, label="no-queueing bound")
+            notes.append("no saturation reached: the knee lies above the highest level")
+        else:
+            knee = x_max / slope
+            grid = _grid(np.append(x, knee))
+            bounds = np.minimum(grid * slope, x_max)
+            ax.plot(grid, bounds, color="0.6", ls="--", lw=1, label="asymptotic bounds")
+            ax.axvline(knee, color="0.3", ls=":", label=f"knee ≈ {knee:.3g}")
+    _caveats(ax, levels, failures=False, lines=notes)
+    _level_axis(ax, x, kind)
+    ax.set_ylabel("throughput (ok req/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput vs load")
+    ax.legend(loc="lower right", fontsize="small")
+    return ax.figure
+
+
+def _think_time(meta: dict, fit: FitResult | None) -> float:
+    """Think time of a closed loop: the sweep's setting, else the fit's, else zero."""
+    think = (meta.get("load") or {}).get("think_time_s")
+    if think is None and fit is not None:
+        think = pd.concat([fit.params, fit.fixed]).get("think_s")
+    return float(think or 0.0)
+
+
+def _bound_slope(levels: pd.DataFrame, kind: str | None, think_s: float) -> float | None:
+    """Throughput per unit of load while nothing queues: 1 / (R0 + Z) clients, 1 for a rate."""
+    if kind == "rate":
+        return 1.0
+    if kind != "concurrency":
+        return None
+    return 1.0 / (levels["latency_mean_s"].min() + think_s)
+
+
+def ecdf(data: Data, metric: str = "latency_s", ax: Axes | None = None) -> Figure:
+    """Plot the empirical CDF of a per-request time, one line per load level.
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        A sweep, or a requests table with the record schema; only successful requests count.
+    metric : str, default "latency_s"
+        The per-request time column.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; a new figure when omitted.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure holding the plot; the x axis is logarithmic when the 1st and 99th
+        percentiles are more than a decade apart.
+
+    Raises
+    ------
+    ValueError
+        On empty data, a missing column, or no successful request with a value.
+    """
+    requests = _tables(data).requests
+    _need(requests, metric)
+    ok = requests[_ok(requests) & np.isfinite(_floats(requests[metric]))]
+    if ok.empty:
+        raise ValueError(f"data: no successful request with a {metric!r} value")
+    kind = _level_kind(requests)
+    order = np.sort(ok["level"].unique())
+    labels = {lv: f"{lv:g}" for lv in order}
+    frame = pd.DataFrame({metric: _floats(ok[metric]), "level": ok["level"].map(labels).to_numpy()})
+    ax = _axes(ax)
+    sns.ecdfplot(
+        frame,
+        x=metric,
+        hue="level",
+        hue_order=[labels[lv] for lv in order],
+        palette=sns.color_palette("flare", n_colors=len(order)),
+        ax=ax,
+    )
+    low, high = np.quantile(frame[metric], [0.01, 0.99])
+    if low > 0 and high / low > 10.0:
+        ax.set_xscale("log")
+    ax.set_xlabel(_metric_label(metric))
+    ax.set_ylabel("fraction of ok requests")
+    ax.set_title(f"Distribution of {_METRIC_LABELS.get(metric, metric)} per level")
+    # a CDF is low where x is small, so the upper left corner stays clear
+    sns.move_legend(ax, "upper left", title=_level_label(kind), fontsize="small")
+    return ax.figure
+
+
+def errors(data: Data, ax: Axes | None = None) -> Figure:
+    """Plot the share of failed requests and of 429 responses against load.
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        A sweep, or a requests table. With a SweepResult the 429 share is taken over every HTTP
+        attempt (so throttling that retries absorbed still shows); with a table alone, over the
+        requests whose final outcome was a 429.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; a new figure when omitted.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure holding the plot.
+
+    Raises
+    ------
+    ValueError
+        On empty data or a missing column.
+    """
+    sweep = _tables(data)
+    levels = _summary(sweep)
+    kind = _level_kind(sweep.requests)
+    ax = _axes(ax)
+    palette = sns.color_palette()
+    ax.plot(levels["level"], levels["error_rate"], "o-", color=palette[3], label="failed requests")
+    if levels["attempt_429_rate"].notna().all():
+        y, label = levels["attempt_429_rate"], "429 responses (share of attempts)"
+    else:
+        y, label = levels["rate_limited_rate"], "requests failed with 429"
+    ax.plot(levels["level"], y, "s--", color=palette[1], label=label)
+    _level_axis(ax, levels["level"].to_numpy(), kind)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    # scaled to the data (at least 0 to 5%) so that a 1% error rate is not a flat line
+    top = np.nanmax([levels["error_rate"].max(), y.max(), 0.05 / 1.1])
+    top = min(1.1 * top, 1.02)
+    ax.set_ylim(-0.03 * top, top)  # a little room below, so a 0% line stays visible
+    ax.set_ylabel("share")
+    ax.set_title("Errors vs load")
+    ax.legend(loc="upper left", fontsize="small")
+    return ax.figure
+
+
+def overview(data: Data, fit: FitResult | None = None) -> Figure:
+    """Draw the report grid: latency, throughput, errors and ECDF, plus utilization with a fit.
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        A sweep, or a requests table with the record schema.
+    fit : FitResult, optional
+        A fitted model, overlaid where it applies. It adds the utilization panel, and the
+        latency panel then shows the fitted metric.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        A 2x2 grid; with a fit, 2x3 (the sixth panel is the TTFT ECDF when the data has TTFTs).
+
+    Raises
+    ------
+    ValueError
+        On empty data or a missing column.
+    """
+    requests = _tables(data).requests  # validate once, before drawing anything
+    metric = "latency_s" if fit is None else f"{fit.metric}_s"
+    panels: list[Callable[[Axes], Figure]] = [
+        lambda ax: latency(data, fit, metric=metric, ax=ax),
+        lambda ax: throughput(data, fit, ax=ax),
+        lambda ax: errors(data, ax=ax),
+        lambda ax: ecdf(data, ax=ax),
+    ]
+    if fit is not None:
+        panels.insert(1, lambda ax: utilization(data, fit, ax=ax))
+        ttft = requests["ttft_s"] if "ttft_s" in requests else pd.Series(dtype=float)
+        if (_ok(requests) & np.isfinite(_floats(ttft))).any():
+            panels.append(lambda ax: ecdf(data, metric="ttft_s", ax=ax))
+    cols = 2 if len(panels) <= 4 else 3
+    with sns.axes_style(_STYLE):
+        fig = _ShownFigure(figsize=(_GRID_CELL[0] * cols, _GRID_CELL[1] * 2), layout="constrained")
+        axes = fig.subplots(2, cols).ravel()
+    for draw, ax in zip(panels, axes, strict=False):
+        draw(ax)
+    for ax in axes[len(panels) :]:
+        ax.set_axis_off()
+    return fig

@@ -1,0 +1,247 @@
+"""A self-contained HTML report of one sweep: summary, fitted model, plan and figures.
+
+``llmlat report DATASET`` and ``llmlat demo`` both end here. The report folder holds
+``index.html``, the figures as PNG files beside it, and the dataset itself, so it can be
+zipped, published or opened offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Report", "build_report", "write_report"]
+
+# figure name -> (plot function, needs a fit)
+_FIGURES = {
+    "latency": ("latency", False),
+    "throughput": ("throughput", False),
+    "utilization": ("utilization", True),
+    "ecdf": ("ecdf", False),
+    "errors": ("errors", False),
+}
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em;color:#222}
+h1{margin-bottom:.2em} .meta{color:#555} table{border-collapse:collapse;font-size:.85em}
+td,th{border:1px solid #ccc;padding:.25em .5em;text-align:right} th{background:#f3f3f3}
+.warn{background:#fff4e0;border-left:4px solid #e90;padding:.5em 1em}
+figure{display:inline-block;margin:.5em} img{max-width:34em} pre{background:#f7f7f7;padding:1em}
+"""
+
+
+@dataclass
+class Report:
+    """What went into a report, returned by :func:`build_report`.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The ``index.html`` written.
+    fit : FitResult or None
+        The fitted model, or None when the data could not identify one.
+    plan : Plan or None
+        The capacity plan for the target, when a fit and a target were given.
+    figures : list of pathlib.Path
+        The PNG files written beside the page.
+    notes : list of str
+        Why a section is missing (e.g. the fit's error), shown in the page too.
+    """
+
+    path: Path
+    fit: Any = None
+    plan: Any = None
+    figures: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def build_report(
+    result: Any,
+    out: str | Path,
+    *,
+    model: str = "auto",
+    p95_s: float | None = None,
+    rpm: float | None = None,
+    tpm: float | None = None,
+    fit: Any = None,
+    title: str = "llmlat report",
+) -> Report:
+    """Fit, plan and write the report of a sweep.
+
+    Parameters
+    ----------
+    result : SweepResult
+        The measured sweep.
+    out : str or path
+        The report folder (created; files in it are overwritten).
+    model : str, default "auto"
+        The queueing model to fit (see :func:`llmlat.fit`), unless ``fit`` is given.
+    p95_s : float, optional
+        A p95 latency target in seconds: the report then holds the plan for it.
+    rpm, tpm : float, optional
+        The provider's requests- and tokens-per-minute limits, for the plan.
+    fit : FitResult, optional
+        An existing fit to report instead of fitting ``model``.
+    title : str, default "llmlat report"
+        The page title.
+
+    Returns
+    -------
+    Report
+        The page's path, the fit and plan used, and notes on anything left out.
+    """
+    from llmlat.fitting import fit as fit_model
+
+    notes: list[str] = []
+    if fit is None:
+        try:
+            fit = fit_model(result, model=model)
+        except ValueError as exc:
+            notes.append(f"No model fitted: {exc}")
+    plan = None
+    if fit is not None and (p95_s is not None or rpm is not None or tpm is not None):
+        plan = fit.plan(p95=p95_s, rpm=rpm, tpm=tpm)
+    return write_report(result, out, fit=fit, plan=plan, title=title, notes=notes)
+
+
+def write_report(
+    result: Any,
+    out: str | Path,
+    *,
+    fit: Any = None,
+    plan: Any = None,
+    title: str = "llmlat report",
+    notes: list[str] | None = None,
+) -> Report:
+    """Write the report folder for a sweep and (optionally) its fit and plan.
+
+    Parameters
+    ----------
+    result : SweepResult
+        The measured sweep; saved into the folder as ``sweep.parquet``.
+    out : str or path
+        The report folder (created; files in it are overwritten).
+    fit : FitResult, optional
+        Adds the model summary and the fitted curves to the figures.
+    plan : Plan, optional
+        Adds the capacity plan.
+    title : str, default "llmlat report"
+        The page title.
+    notes : list of str, optional
+        Lines shown at the top of the page (e.g. why there is no fit).
+
+    Returns
+    -------
+    Report
+        The page's path and what it holds.
+    """
+    import matplotlib
+
+    from llmlat import plot
+
+    out = Path(out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    result.save(out / "sweep.parquet")
+    report = Report(path=out / "index.html", fit=fit, plan=plan, notes=list(notes or []))
+    with matplotlib.rc_context({"figure.dpi": 100}):
+        for name, (func, needs_fit) in _FIGURES.items():
+            if needs_fit and fit is None:
+                continue
+            kwargs = {"fit": fit} if func in ("latency", "throughput", "utilization") else {}
+            try:
+                figure = getattr(plot, func)(result, **kwargs)
+            except ValueError as exc:
+                report.notes.append(f"Figure {name} left out: {exc}")
+                continue
+            path = out / "figures" / f"{name}.png"
+            figure.savefig(path, bbox_inches="tight")
+            report.figures.append(path)
+    report.path.write_text(_page(result, report, title), encoding="utf-8")
+    return report
+
+
+def _fmt(value: Any) -> Any:
+    return f"{value:.4g}" if isinstance(value, float) else value
+
+
+def _page(result: Any, report: Report, title: str) -> str:
+    meta = result.meta
+    summary = result.summary()
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        "<p class='meta'>"
+        + " · ".join(
+            html.escape(f"{k}: {meta.get(k)}")
+            for k in ("run_id", "url", "api", "model", "started_at", "llmlat_version", "seed")
+        )
+        + "</p>",
+    ]
+    for note in report.notes:
+        parts.append(f"<p class='warn'>{html.escape(note)}</p>")
+    if "client_bound" in summary and summary["client_bound"].any():
+        bound = ", ".join(f"{x:g}" for x in summary.loc[summary["client_bound"], "level"])
+        parts.append(
+            f"<p class='warn'>The client may have inflated latencies at level(s) {bound}: "
+            "its event loop lagged or its CPU was saturated.</p>"
+        )
+    parts += ["<h2>Summary per level</h2>", summary.to_html(index=False, float_format=_fmt)]
+    if report.fit is not None:
+        parts += ["<h2>Fitted model</h2>", report.fit.summary()._repr_html_()]
+    if report.plan is not None:
+        parts += [
+            "<h2>Capacity plan</h2>",
+            report.plan.to_frame().map(_fmt).to_html(),
+        ]
+    if report.figures:
+        parts.append("<h2>Figures</h2>")
+        for path in report.figures:
+            rel = path.relative_to(report.path.parent).as_posix()
+            parts.append(
+                f"<figure><img src='{rel}' alt='{path.stem}'>"
+                f"<figcaption>{path.stem}</figcaption></figure>"
+            )
+    parts.append(
+        "<p class='meta'>Data: <a href='sweep.parquet'>sweep.parquet</a> "
+        "(open with <code>llmlat.read()</code>).</p></body></html>"
+    )
+    return "\n".join(parts)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``llmlat report DATASET``.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The ``llmlat`` command's subparsers.
+    """
+    parser = subparsers.add_parser(
+        "report",
+        help="write an HTML report (summary, fit, plan, figures) of a saved dataset",
+        description="Fit a queueing model to a saved sweep and write an HTML report.",
+    )
+    parser.add_argument("dataset", help="a dataset written by llmlat (sweep --save, .save())")
+    parser.add_argument("--out", default="report", help="report folder (default: report)")
+    parser.add_argument("--model", default="auto", help="model to fit (default: auto)")
+    parser.add_argument("--p95", type=float, metavar="SECONDS", help="p95 latency target")
+    parser.add_argument("--rpm", type=float, help="provider requests-per-minute limit")
+    parser.add_argument("--tpm", type=float, help="provider tokens-per-minute limit")
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from llmlat.results import read
+
+    result = read(args.dataset)
+    report = build_report(
+        result, args.out, model=args.model, p95_s=args.p95, rpm=args.rpm, tpm=args.tpm
+    )
+    for note in report.notes:
+        print(f"note: {note}")
+    print(f"report: {report.path}")
+    return 0

@@ -1,0 +1,36 @@
+"""The built-in simulated LLM provider: a real HTTP server that knows the ground truth.
+
+:class:`Simulator` serves the OpenAI chat/completions and Anthropic messages APIs on 127.0.0.1
+in front of a model of one provider replica (:class:`SimConfig` holds every option):
+
+- ``mode="batch"`` (default), continuous batching: at most ``slots`` sequences decode together;
+  each step emits one token to every active sequence and lasts ``t0_s + t1_s * batch_size``,
+  plus ``prefill_per_token_s`` per uncached prompt token of the sequences joining at that step.
+  A request that cannot join waits in a FIFO queue.
+- ``mode="mmc"``: ``slots`` servers, FIFO queue, exponential service time of rate ``mu`` per
+  server, tokens paced evenly over it: an exact M/M/c, to validate fitted models.
+- Admission: a waiting-queue limit (``queue_limit``) and per-minute token buckets (``rpm``,
+  ``tpm``); a refusal is a 429 with ``Retry-After`` (the real time until a slot or bucket tokens
+  free up) and ``x-ratelimit-*`` headers.
+- Faults with seeded probabilities: 500/503, a connection dropped mid-stream, a malformed
+  event, a stall of ``stall_s``.
+- Ground truth per request: arrival, admission or refusal, queue wait, service start, first and
+  last token, tokens (:meth:`Simulator.truth`, ``GET /llmlat/truth``), in absolute
+  ``time.perf_counter()`` seconds.
+
+Time runs on the event loop's clock with ideal (non-drifting) step boundaries; every random draw
+of request ``i`` comes from a generator seeded by ``(seed, i)``, so the same options and seed give
+the same output lengths, service times and faults. ``PRESETS`` names ready-made replicas, among
+them ``article`` (about 5 requests/s with a full batch of 32, a queue of 32, 429s beyond).
+
+Examples
+--------
+>>> from llmlat.sim import Simulator
+>>> with Simulator(preset="article") as sim:  # doctest: +SKIP
+...     print(sim.url)  # POST {sim.url}/v1/chat/completions
+"""
+
+from llmlat.sim.config import PRESETS, SimConfig, config_from_options
+from llmlat.sim.simulator import Simulator
+
+__all__ = ["PRESETS", "SimConfig", "Simulator", "config_from_options"]

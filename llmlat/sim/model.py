@@ -1,0 +1,668 @@
+"""The replica model: admission, the two service engines, faults and ground truth (no HTTP).
+
+All scheduling uses the event loop's clock and *ideal* times: a step or a service that ends at
+``t`` starts the next one at ``t`` even when the loop ran the callback late, so lateness never
+accumulates and rates stay exact on a loaded machine. Truth times are ``time.perf_counter()``
+taken when each event really happened.
+
+The HTTP layer drives a request through :meth:`Replica.arrive`, :meth:`Replica.admit`,
+:meth:`Replica.serve`, then watches its :class:`Sequence` (``started``, ``emitted``,
+``finished``) and calls :meth:`Replica.release` when the response is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+import random
+import time
+from collections import OrderedDict, deque
+from dataclasses import astuple, dataclass
+
+import numpy as np
+import pandas as pd
+
+from llmlat.sim.config import SimConfig
+
+__all__ = [
+    "OUTCOMES",
+    "TRUTH_COLUMNS",
+    "Refusal",
+    "Replica",
+    "Sequence",
+    "TokenBucket",
+    "TruthRow",
+    "format_duration",
+    "truth_frame",
+]
+
+_NAN = float("nan")
+
+#: Values of the truth column ``outcome``.
+OUTCOMES = (
+    "ok",  # served in full
+    "invalid",  # 400: bad body
+    "rate_limited",  # 429: an RPM or TPM bucket was empty
+    "queue_full",  # 429: queue_limit requests were already waiting
+    "error_500",
+    "error_503",
+    "dropped",  # connection closed mid-response (fault)
+    "malformed",  # one event / the body was not valid JSON (fault)
+    "stalled",  # hung for stall_s before service (fault)
+    "disconnected",  # the client went away before the end
+)
+
+#: Column name -> dtype of the truth table (``Simulator.truth()``).
+TRUTH_COLUMNS: dict[str, str] = {
+    "request_id": "int64",
+    "client_request_id": "string",
+    "api": "string",
+    "stream": "boolean",
+    "status": "Int64",
+    "outcome": "string",
+    "t_arrival": "float64",
+    "t_admitted": "float64",
+    "t_service_start": "float64",
+    "t_first_token": "float64",
+    "t_last_token": "float64",
+    "t_end": "float64",
+    "queue_wait_s": "float64",
+    "prompt_tokens": "Int64",
+    "cached_tokens": "Int64",
+    "completion_tokens": "Int64",
+    "retry_after_s": "float64",
+}
+
+
+@dataclass(slots=True)
+class TruthRow:
+    """What the replica knows about one request it received (see :data:`TRUTH_COLUMNS`).
+
+    Times are absolute ``time.perf_counter()`` seconds; NaN when the event never happened.
+    ``outcome`` is one of :data:`OUTCOMES`, or None while the request is still being served.
+    ``completion_tokens`` counts the tokens sent to the client. ``queue_wait_s`` is derived
+    (``t_service_start - t_admitted``) when the table is built.
+    """
+
+    request_id: int
+    client_request_id: str | None
+    api: str
+    stream: bool | None = None
+    status: int | None = None
+    outcome: str | None = None
+    t_arrival: float = _NAN
+    t_admitted: float = _NAN
+    t_service_start: float = _NAN
+    t_first_token: float = _NAN
+    t_last_token: float = _NAN
+    t_end: float = _NAN
+    queue_wait_s: float = _NAN
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    retry_after_s: float = _NAN
+
+
+def truth_frame(rows: list[TruthRow]) -> pd.DataFrame:
+    """Build the truth table from rows.
+
+    Parameters
+    ----------
+    rows : list of TruthRow
+        One per request received.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns and dtypes of :data:`TRUTH_COLUMNS`, one row per request, in arrival order.
+    """
+    data = [astuple(r) for r in rows]
+    if not data:
+        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in TRUTH_COLUMNS.items()})
+    cols = dict(zip(TRUTH_COLUMNS, zip(*data, strict=True), strict=True))
+    out = {}
+    for name, dtype in TRUTH_COLUMNS.items():
+        if dtype == "float64":
+            out[name] = np.asarray(cols[name], dtype=np.float64)
+        else:
+            out[name] = pd.array(cols[name], dtype=dtype)
+    frame = pd.DataFrame(out)
+    frame["queue_wait_s"] = frame["t_service_start"] - frame["t_admitted"]
+    return frame
+
+
+class TokenBucket:
+    """A per-minute limit as a token bucket of that capacity, refilled continuously.
+
+    Parameters
+    ----------
+    per_minute : float
+        Capacity, and tokens added per minute.
+    now : float
+        Current time (loop clock); the bucket starts full.
+    """
+
+    __slots__ = ("capacity", "level", "rate", "t")
+
+    def __init__(self, per_minute: float, now: float) -> None:
+        self.capacity = float(per_minute)
+        self.rate = self.capacity / 60.0
+        self.level = self.capacity
+        self.t = now
+
+    def refill(self, now: float) -> None:
+        """Add what flowed in since the last call, up to the capacity."""
+        if now > self.t:
+            self.level = min(self.capacity, self.level + (now - self.t) * self.rate)
+            self.t = now
+
+    def wait_s(self, amount: float) -> float:
+        """Seconds until ``amount`` tokens are available (0 when they are now)."""
+        if amount > self.capacity:
+            return math.inf
+        return max(0.0, (amount - self.level) / self.rate)
+
+    def reset_s(self) -> float:
+        """Seconds until the bucket is full again."""
+        return (self.capacity - self.level) / self.rate
+
+
+@dataclass(slots=True)
+class Refusal:
+    """An admission refusal: a 429 (or a 400 when a request can never fit the TPM bucket).
+
+    Attributes
+    ----------
+    reason : {"queue_full", "rate_limited"}
+        Why.
+    retry_after_s : float
+        Real time until a slot or bucket tokens free up (inf when never).
+    limit : str or None
+        "requests" or "tokens" for a bucket refusal.
+    """
+
+    reason: str
+    retry_after_s: float
+    limit: str | None = None
+
+
+class Sequence:
+    """One admitted request inside the replica.
+
+    The engines advance ``started``, ``emitted`` and ``finished`` and call :meth:`notify`;
+    the HTTP handler awaits :meth:`wait` and writes what became due in one go.
+
+    Attributes
+    ----------
+    row : TruthRow
+        Its truth row.
+    n_tokens : int
+        Output tokens it will get.
+    fault : str or None
+        The fault drawn for it ("error_500", "error_503", "dropped", "malformed", "stalled").
+    service_s : float
+        Service time (mmc mode).
+    emitted : int
+        Tokens generated so far.
+    """
+
+    __slots__ = (
+        "_waiter",
+        "emitted",
+        "fault",
+        "finished",
+        "loop",
+        "n_tokens",
+        "prefill_tokens",
+        "row",
+        "service_s",
+        "started",
+        "timer",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        row: TruthRow,
+        n_tokens: int,
+        prefill_tokens: int,
+        fault: str | None,
+        service_s: float,
+    ) -> None:
+        self.loop = loop
+        self.row = row
+        self.n_tokens = n_tokens
+        self.prefill_tokens = prefill_tokens
+        self.fault = fault
+        self.service_s = service_s
+        self.emitted = 0
+        self.started = False
+        self.finished = False
+        self.timer: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Future | None = None
+
+    def start(self, at: float | None = None) -> None:
+        """Mark the start of service (called by an engine).
+
+        Parameters
+        ----------
+        at : float, optional
+            Truth time of the start; now when None.
+        """
+        self.started = True
+        self.row.t_service_start = at if at is not None else time.perf_counter()
+        self.notify()
+
+    def notify(self) -> None:
+        """Wake the handler waiting on this sequence, if any."""
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Wait for the next change (service start, tokens, end)."""
+        self._waiter = self.loop.create_future()
+        await self._waiter
+
+
+class _BatchEngine:
+    """Continuous batching: one step at a time, one token per active sequence per step."""
+
+    def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.cfg = config
+        self.loop = loop
+        self.active: list[Sequence] = []
+        self.waiting: deque[Sequence] = deque()
+        self.busy = False  # a step is running and ends at t_next
+        self.t_next = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+
+    def submit(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+        if not self.busy:  # idle: the first step starts now
+            self._run()
+
+    def abort(self, seq: Sequence) -> None:
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        elif seq in self.active:
+            self.active.remove(seq)
+
+    def _run(self) -> None:
+        self.timer = None
+        cfg = self.cfg
+        now = self.loop.time()
+        t = self.t_next if self.busy else now
+        while True:
+            if self.busy:  # the step ending at t emits one token to every active sequence
+                still = []
+                for seq in self.active:
+                    seq.emitted += 1
+                    if seq.emitted >= seq.n_tokens:
+                        seq.finished = True
+                    else:
+                        still.append(seq)
+                    seq.notify()
+                self.active = still
+            prefill = 0
+            while self.waiting and len(self.active) < cfg.slots:
+                seq = self.waiting.popleft()
+                self.active.append(seq)
+                prefill += seq.prefill_tokens
+                seq.start()
+            if not self.active:
+                self.busy = False
+                return
+            duration = cfg.t0_s + cfg.t1_s * len(self.active) + cfg.prefill_per_token_s * prefill
+            if duration == 0:  # zero-time steps: the whole batch completes at this instant
+                for seq in self.active:
+                    seq.emitted = seq.n_tokens
+                    seq.finished = True
+                    seq.notify()
+                self.active = []
+                continue
+            self.busy = True
+            t += duration
+            self.t_next = t
+            if t > now:
+                self.timer = self.loop.call_at(t, self._run)
+                return
+
+    def time_to_free_slot(self, now: float) -> float:
+        # The queue shrinks when a sequence holding a slot finishes: an active one after its
+        # remaining tokens, one joining at the next step boundary after all of its tokens.
+        # Steps are assumed to keep the current batch size and no prefill.
+        pending = max(0.0, self.t_next - now) if self.busy else 0.0
+        joining = itertools.islice(self.waiting, max(0, self.cfg.slots - len(self.active)))
+        steps = [seq.n_tokens - seq.emitted - 1 for seq in self.active]
+        steps += [seq.n_tokens for seq in joining]
+        if not steps:
+            return pending
+        batch = min(self.cfg.slots, len(self.active) + len(self.waiting))
+        return pending + min(steps) * (self.cfg.t0_s + self.cfg.t1_s * batch)
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+class _MMcEngine:
+    """``slots`` servers, FIFO queue, exponential service, tokens paced evenly."""
+
+    def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.cfg = config
+        self.loop = loop
+        self.free = config.slots
+        self.releases: list[float] = []  # heap of busy servers' release times
+        self.waiting: deque[Sequence] = deque()
+        self.timers: set[asyncio.TimerHandle] = set()
+
+    def submit(self, seq: Sequence) -> None:
+        if self.free and not self.waiting:  # no wait at all, by construction
+            self._start(seq, self.loop.time(), at=seq.row.t_admitted)
+        else:
+            self.waiting.append(seq)
+
+    def abort(self, seq: Sequence) -> None:
+        # a server stays busy for the drawn service time whether the client listens or not
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        if seq.timer is not None:
+            seq.timer.cancel()
+
+    def _start(self, seq: Sequence, t: float, at: float | None = None) -> None:
+        self.free -= 1
+        end = t + seq.service_s
+        heapq.heappush(self.releases, end)
+        self.timers.add(self.loop.call_at(end, self._release, end))
+        seq.start(at)
+        self._tick(seq, t)
+
+    def _tick(self, seq: Sequence, t: float) -> None:
+        # token k (1..n) is due at t + service * k / n
+        now = self.loop.time()
+        n, s = seq.n_tokens, seq.service_s
+        due = n if now >= t + s else min(n, int((now - t) * n / s))
+        if due > seq.emitted:
+            seq.emitted = due
+            seq.finished = due >= n
+            seq.notify()
+        if not seq.finished:
+            seq.timer = self.loop.call_at(t + s * (seq.emitted + 1) / n, self._tick, seq, t)
+
+    def _release(self, end: float) -> None:
+        heapq.heappop(self.releases)
+        self.free += 1
+        self.timers = {h for h in self.timers if not h.cancelled() and h.when() > end}
+        if self.waiting:
+            self._start(self.waiting.popleft(), end)
+
+    def time_to_free_slot(self, now: float) -> float:
+        if self.free or not self.releases:
+            return 0.0
+        return max(0.0, self.releases[0] - now)
+
+    def close(self) -> None:
+        for handle in self.timers:
+            handle.cancel()
+
+
+_FAULTS = ("error_500", "error_503", "dropped", "malformed", "stalled")
+
+
+class Replica:
+    """A provider replica: admission control, a service engine, faults and the truth log.
+
+    Must be created and used inside the event loop that serves it.
+
+    Parameters
+    ----------
+    config : SimConfig
+        The options.
+    """
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.loop = asyncio.get_running_loop()
+        self.rows: list[TruthRow] = []
+        now = self.loop.time()
+        self.rpm = TokenBucket(config.rpm, now) if config.rpm else None
+        self.tpm = TokenBucket(config.tpm, now) if config.tpm else None
+        self.engine = (_BatchEngine if config.mode == "batch" else _MMcEngine)(config, self.loop)
+        self.stalls: set[asyncio.TimerHandle] = set()
+        self._cache: OrderedDict[int, None] = OrderedDict()
+        probs = (config.p_500, config.p_503, config.p_drop, config.p_malformed, config.p_stall)
+        self._fault_cdf = list(np.cumsum(probs)) if any(probs) else None
+        self._random_length = config.output_dist != "fixed"
+        self._random = bool(self._fault_cdf) or config.mode == "mmc" or self._random_length
+
+    # -- arrival and admission -------------------------------------------------------------
+    def arrive(self, api: str, client_request_id: str | None) -> TruthRow:
+        """Log the arrival of a request and return its truth row.
+
+        Parameters
+        ----------
+        api : str
+            "openai-chat", "openai-completions" or "anthropic-messages".
+        client_request_id : str or None
+            The ``x-llmlat-request-id`` header, verbatim.
+
+        Returns
+        -------
+        TruthRow
+        """
+        row = TruthRow(len(self.rows), client_request_id, api, t_arrival=time.perf_counter())
+        self.rows.append(row)
+        return row
+
+    def admit(
+        self,
+        row: TruthRow,
+        prompt_tokens: int,
+        cached_tokens: int,
+        max_tokens: int | None,
+    ) -> Sequence | Refusal:
+        """Apply the buckets and the queue limit; draw length, service time and fault.
+
+        Parameters
+        ----------
+        row : TruthRow
+            From :meth:`arrive`.
+        prompt_tokens, cached_tokens : int
+            Prompt size and how much of it the prefix cache holds.
+        max_tokens : int or None
+            The request's output length, or None to draw one.
+
+        Returns
+        -------
+        Sequence or Refusal
+        """
+        cfg = self.config
+        # always the same draws in the same order, so request i gets the same ones every run
+        rng = random.Random((cfg.seed << 40) | row.request_id) if self._random else None
+        u_fault = rng.random() if rng else 1.0
+        service_s = rng.expovariate(cfg.mu) if rng and cfg.mode == "mmc" else 0.0
+        drawn = self._draw_length(rng) if rng and self._random_length else cfg.output_tokens
+        n = max_tokens if max_tokens is not None else drawn
+        row.prompt_tokens = prompt_tokens
+        row.cached_tokens = cached_tokens
+        now = self.loop.time()
+        refusal = self._check_buckets(now, prompt_tokens + n)
+        limit = cfg.queue_limit
+        if refusal is None and limit is not None and self.queued() >= limit and not self._free():
+            refusal = Refusal("queue_full", self.engine.time_to_free_slot(now))
+        if refusal is not None:
+            row.outcome = refusal.reason
+            row.retry_after_s = refusal.retry_after_s
+            return refusal
+        if self.rpm:
+            self.rpm.level -= 1
+        if self.tpm:
+            self.tpm.level -= prompt_tokens + n
+        row.t_admitted = time.perf_counter()
+        fault = None
+        if self._fault_cdf is not None:
+            for name, edge in zip(_FAULTS, self._fault_cdf, strict=True):
+                if u_fault < edge:
+                    fault = name
+                    break
+        row.outcome = fault
+        return Sequence(self.loop, row, n, prompt_tokens - cached_tokens, fault, service_s)
+
+    def _draw_length(self, rng: random.Random) -> int:
+        m = self.config.output_tokens
+        if self.config.output_dist == "uniform":
+            n = rng.randint(m - m // 2, m + m // 2)
+        else:  # geometric on 1, 2, ... with mean m
+            n = 1 if m <= 1 else 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - 1.0 / m))
+        return max(1, min(n, self.config.max_output_tokens))
+
+    def _free(self) -> bool:
+        """Whether a new request would start service without waiting."""
+        engine = self.engine
+        if isinstance(engine, _MMcEngine):
+            return engine.free > 0 and not engine.waiting
+        return len(engine.active) + len(engine.waiting) < self.config.slots
+
+    def queued(self) -> int:
+        """Return how many admitted requests wait for a slot (stalled ones excluded).
+
+        Returns
+        -------
+        int
+        """
+        engine = self.engine
+        if isinstance(engine, _MMcEngine):
+            return len(engine.waiting)
+        # in batch mode a request waits in ``waiting`` until the next step even with a free slot
+        return max(0, len(engine.active) + len(engine.waiting) - self.config.slots)
+
+    def _check_buckets(self, now: float, tokens: int) -> Refusal | None:
+        worst: Refusal | None = None
+        for bucket, amount, limit in ((self.rpm, 1, "requests"), (self.tpm, tokens, "tokens")):
+            if bucket is None:
+                continue
+            bucket.refill(now)
+            wait = bucket.wait_s(amount)
+            if wait > 0 and (worst is None or wait > worst.retry_after_s):
+                worst = Refusal("rate_limited", wait, limit)
+        return worst
+
+    def limit_headers(self) -> dict[str, str]:
+        """Return the current ``x-ratelimit-*`` headers of the configured buckets.
+
+        Returns
+        -------
+        dict of str to str
+        """
+        headers = {}
+        now = self.loop.time()
+        for bucket, kind in ((self.rpm, "requests"), (self.tpm, "tokens")):
+            if bucket is not None:
+                bucket.refill(now)
+                headers[f"x-ratelimit-limit-{kind}"] = str(int(bucket.capacity))
+                headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, int(bucket.level)))
+                headers[f"x-ratelimit-reset-{kind}"] = format_duration(bucket.reset_s())
+        return headers
+
+    # -- prefix cache ----------------------------------------------------------------------
+    def cache_lookup(self, key: int) -> bool:
+        """Return whether a prompt prefix was seen before, and remember it.
+
+        Parameters
+        ----------
+        key : int
+            A hash of the prefix.
+
+        Returns
+        -------
+        bool
+            True on a hit.
+        """
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return True
+        self._cache[key] = None
+        if len(self._cache) > 10_000:
+            self._cache.popitem(last=False)
+        return False
+
+    # -- service ---------------------------------------------------------------------------
+    def serve(self, seq: Sequence) -> None:
+        """Queue an admitted sequence for service (after its stall, if it drew one).
+
+        Parameters
+        ----------
+        seq : Sequence
+            From :meth:`admit`.
+        """
+        if seq.fault == "stalled":
+            handle = self.loop.call_later(self.config.stall_s, self._unstall, seq)
+            seq.timer = handle
+            self.stalls.add(handle)
+        else:
+            self.engine.submit(seq)
+
+    def _unstall(self, seq: Sequence) -> None:
+        self.stalls.discard(seq.timer)  # type: ignore[arg-type]
+        seq.timer = None
+        self.engine.submit(seq)
+
+    def release(self, seq: Sequence) -> None:
+        """Forget a sequence whose response is over (its client may have left early).
+
+        Parameters
+        ----------
+        seq : Sequence
+            The sequence.
+        """
+        if not seq.finished:
+            if seq.timer is not None and seq.fault == "stalled" and not seq.started:
+                seq.timer.cancel()
+                self.stalls.discard(seq.timer)
+            else:
+                self.engine.abort(seq)
+
+    def close(self) -> None:
+        """Cancel every pending timer (the server is stopping)."""
+        self.engine.close()
+        for handle in self.stalls:
+            handle.cancel()
+        self.stalls.clear()
+
+    def truth(self) -> pd.DataFrame:
+        """Return the truth table.
+
+        Returns
+        -------
+        pandas.DataFrame
+            See :func:`truth_frame`.
+        """
+        return truth_frame(list(self.rows))
+
+
+def format_duration(seconds: float) -> str:
+    """Format a duration like the public providers' ``x-ratelimit-reset-*`` headers.
+
+    Parameters
+    ----------
+    seconds : float
+        A duration.
+
+    Returns
+    -------
+    str
+        ``"250ms"``, ``"1.5s"`` or ``"6m0s"``.
+    """
+    if not math.isfinite(seconds):
+        return "0s"
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    minutes, rest = divmod(seconds, 60)
+    return f"{int(minutes)}m{rest:.0f}s"

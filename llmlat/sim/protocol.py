@@ -1,0 +1,514 @@
+"""The wire formats the simulator speaks: request validation and response bytes (no I/O).
+
+Three flavours: OpenAI ``/v1/chat/completions`` and ``/v1/completions``, and Anthropic
+``/v1/messages``. :func:`parse_request` turns a JSON body into a :class:`Parsed` request or raises
+:class:`BadRequest`; a :class:`Formatter` renders the stream events (pre-encoded per request, so a
+token costs one bytes concatenation) and the non-streamed body.
+
+Prompt tokens are counted as ``ceil(characters / 4)`` per text. Generated text is a fixed
+cycle of short words, one word per token.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "API_PATHS",
+    "BadRequest",
+    "Formatter",
+    "Parsed",
+    "count_tokens",
+    "error_body",
+    "parse_request",
+]
+
+#: API name -> URL path.
+API_PATHS = {
+    "openai-chat": "/v1/chat/completions",
+    "openai-completions": "/v1/completions",
+    "anthropic-messages": "/v1/messages",
+}
+
+_WORDS = ("the", "replica", "answers", "each", "request", "with", "a", "steady", "stream")
+_WORDS += (
+    "of",
+    "plain",
+    "words",
+    "while",
+    "its",
+    "queue",
+    "decides",
+    "how",
+    "long",
+    "one",
+    "waits",
+)
+_TOKENS = tuple(f"{w} " for w in _WORDS)
+_TOKEN_BYTES = tuple(t.encode() for t in _TOKENS)
+
+
+class BadRequest(ValueError):
+    """A request body the API would refuse with 400.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong.
+    param : str or None
+        The offending field.
+    """
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(slots=True)
+class Parsed:
+    """A validated generation request.
+
+    Attributes
+    ----------
+    model : str
+        Requested model name (echoed back).
+    stream : bool
+        Streamed (SSE) or one JSON body.
+    include_usage : bool
+        OpenAI ``stream_options.include_usage`` (Anthropic streams always carry usage).
+    max_tokens : int or None
+        Requested output length.
+    prompt_tokens : int
+        Input size in tokens.
+    cache_key : int or None
+        Hash of the cacheable prompt prefix, if any.
+    cache_tokens : int
+        Tokens of that prefix.
+    """
+
+    model: str
+    stream: bool
+    include_usage: bool
+    max_tokens: int | None
+    prompt_tokens: int
+    cache_key: int | None = None
+    cache_tokens: int = 0
+
+
+def count_tokens(text: str) -> int:
+    """Count the tokens of a text the way the simulator bills it: ``ceil(len / 4)``.
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    int
+    """
+    return (len(text) + 3) // 4
+
+
+def _want(body: dict, name: str, kinds: type | tuple[type, ...], what: str) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise BadRequest(f"'{name}' must be {what}", name)
+    if not isinstance(value, kinds):
+        raise BadRequest(f"'{name}' must be {what}", name)
+    return value
+
+
+def _content_text(content: Any, param: str) -> str:
+    """Text of a message content: a string or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("text", ""), str):
+                raise BadRequest(f"'{param}[{i}]' must be a content part object", param)
+            texts.append(part.get("text", ""))
+        return "".join(texts)
+    raise BadRequest(f"'{param}' must be a string or a list of content parts", param)
+
+
+def _messages(body: dict) -> list[dict]:
+    messages = body.get("messages")
+    if messages is None:
+        raise BadRequest("'messages' is required", "messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty array", "messages")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            raise BadRequest(f"'messages[{i}]' must be an object with a string 'role'", "messages")
+        if "content" not in msg:
+            raise BadRequest(f"'messages[{i}].content' is required", "messages")
+    return messages
+
+
+def _has_cache_mark(block: Any) -> bool:
+    return isinstance(block, dict) and (block.get("cache_control") or {}).get("type") == "ephemeral"
+
+
+def parse_request(api: str, raw: bytes, max_output_tokens: int) -> Parsed:
+    """Validate a request body of one API flavour.
+
+    Parameters
+    ----------
+    api : str
+        A key of :data:`API_PATHS`.
+    raw : bytes
+        The HTTP body.
+    max_output_tokens : int
+        Largest ``max_tokens`` accepted.
+
+    Returns
+    -------
+    Parsed
+
+    Raises
+    ------
+    BadRequest
+        Malformed JSON, a missing or mistyped field.
+    """
+    try:
+        body = json.loads(raw.decode())
+    except ValueError:  # UnicodeDecodeError is one
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required and must be a non-empty string", "model")
+    stream = _want(body, "stream", bool, "a boolean") or False
+    max_name = "max_tokens"
+    max_tokens = _want(body, "max_tokens", int, "an integer")
+    if api == "openai-chat" and max_tokens is None:
+        max_name = "max_completion_tokens"
+        max_tokens = _want(body, max_name, int, "an integer")
+    if max_tokens is not None and not 1 <= max_tokens <= max_output_tokens:
+        raise BadRequest(f"'{max_name}' must be between 1 and {max_output_tokens}", max_name)
+    options = _want(body, "stream_options", dict, "an object") or {}
+    include_usage = options.get("include_usage") is True
+    parsed = Parsed(model, stream, include_usage, max_tokens, 0)
+    if api == "openai-chat":
+        messages = _messages(body)
+        texts = [
+            _content_text(m["content"], f"messages[{i}].content") for i, m in enumerate(messages)
+        ]
+        parsed.prompt_tokens = max(1, sum(map(count_tokens, texts)))
+        # automatic prefix caching: the leading system / developer messages
+        lead = 0
+        while lead < len(messages) and messages[lead]["role"] in ("system", "developer"):
+            lead += 1
+        if lead:
+            parsed.cache_key = hash(("openai", *texts[:lead]))
+            parsed.cache_tokens = sum(map(count_tokens, texts[:lead]))
+    elif api == "openai-completions":
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise BadRequest("'prompt' is required", "prompt")
+        if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+            prompt = "".join(prompt)
+        if not isinstance(prompt, str):
+            raise BadRequest("'prompt' must be a string or an array of strings", "prompt")
+        parsed.prompt_tokens = max(1, count_tokens(prompt))
+    else:
+        _parse_anthropic(body, parsed)
+    return parsed
+
+
+def _parse_anthropic(body: dict, parsed: Parsed) -> None:
+    """Count an Anthropic prompt; the prefix up to the last ``cache_control`` block caches."""
+    system = body.get("system")
+    blocks: list[Any] = []
+    if isinstance(system, str):
+        blocks.append(system)
+    elif isinstance(system, list):
+        blocks.extend(system)
+    elif system is not None:
+        raise BadRequest("'system' must be a string or a list of text blocks", "system")
+    for msg in _messages(body):
+        content = msg["content"]
+        if isinstance(content, str):
+            blocks.append(content)
+        elif isinstance(content, list):
+            blocks.extend(content)
+        else:
+            raise BadRequest("'content' must be a string or a list of content blocks", "messages")
+    texts, mark = [], -1
+    for i, block in enumerate(blocks):
+        if isinstance(block, str):
+            texts.append(block)
+        elif isinstance(block, dict) and isinstance(block.get("text", ""), str):
+            texts.append(block.get("text", ""))
+            if _has_cache_mark(block):
+                mark = i
+        else:
+            raise BadRequest("content blocks must be objects with a string 'text'", "messages")
+    parsed.prompt_tokens = max(1, sum(map(count_tokens, texts)))
+    if mark >= 0:
+        parsed.cache_key = hash(("anthropic", *texts[: mark + 1]))
+        parsed.cache_tokens = sum(map(count_tokens, texts[: mark + 1]))
+
+
+def error_body(api: str, status: int, message: str, param: str | None = None) -> dict:
+    """Return the JSON error body of a flavour.
+
+    Parameters
+    ----------
+    api : str
+        API flavour; Anthropic's shape for "anthropic-messages", OpenAI's otherwise.
+    status : int
+        HTTP status.
+    message : str
+        Human-readable message.
+    param : str or None
+        Offending field (OpenAI only).
+
+    Returns
+    -------
+    dict
+    """
+    if api == "anthropic-messages":
+        kind = {
+            400: "invalid_request_error",
+            404: "not_found_error",
+            429: "rate_limit_error",
+            503: "overloaded_error",
+        }.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    kind = {400: "invalid_request_error", 404: "invalid_request_error", 429: "requests"}.get(
+        status, "server_error"
+    )
+    code = {429: "rate_limit_exceeded", 404: "not_found"}.get(status)
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj).encode()  # default separators: the C encoder's fast path
+
+
+@functools.lru_cache(maxsize=4096)
+def _text(n_tokens: int) -> str:
+    return "".join(_TOKENS[i % len(_TOKENS)] for i in range(n_tokens))
+
+
+class Formatter:
+    """Renders one response of a flavour: SSE events and the non-streamed body.
+
+    Parameters
+    ----------
+    api : str
+        API flavour.
+    request_id : int
+        Used to build the response id.
+    model : str
+        Model name to echo.
+    created : int
+        Unix time of the response.
+    usage : dict
+        ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``cache_creation_tokens``.
+    max_tokens_set : bool
+        Whether the request fixed the length (finish reason "length" / "max_tokens").
+    include_usage : bool
+        OpenAI: send the usage chunk at the end of a stream.
+    """
+
+    def __init__(
+        self,
+        api: str,
+        request_id: int,
+        model: str,
+        created: int,
+        usage: dict[str, int],
+        max_tokens_set: bool,
+        include_usage: bool,
+    ) -> None:
+        self.api = api
+        self.model = model
+        self.usage = usage
+        self.include_usage = include_usage
+        self.id = {"openai-chat": "chatcmpl-", "openai-completions": "cmpl-"}.get(api, "msg_")
+        self.id += f"llmlat{request_id}"
+        self.created = created
+        if api == "anthropic-messages":
+            self.finish = "max_tokens" if max_tokens_set else "end_turn"
+        else:
+            self.finish = "length" if max_tokens_set else "stop"
+        model_json = json.dumps(model)
+        if api == "openai-chat":
+            head = (
+                f'data: {{"id":"{self.id}","object":"chat.completion.chunk","created":{created},'
+                f'"model":{model_json},"choices":[{{"index":0,"delta":'
+            )
+            self._pre = (head + '{"content":"').encode()
+            self._post = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+            self._head = head
+        elif api == "openai-completions":
+            head = (
+                f'data: {{"id":"{self.id}","object":"text_completion","created":{created},'
+                f'"model":{model_json},"choices":[{{"index":0,'
+            )
+            self._pre = (head + '"text":"').encode()
+            self._post = b'","logprobs":null,"finish_reason":null}]}\n\n'
+            self._head = head
+        else:
+            self._pre = (
+                b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+                b'"delta":{"type":"text_delta","text":"'
+            )
+            self._post = b'"}}\n\n'
+
+    def start(self) -> bytes:
+        """Return the events sent when service starts (role chunk / message_start)."""
+        if self.api == "openai-chat":
+            return (
+                self._head + '{"role":"assistant","content":""},"logprobs":null,'
+                '"finish_reason":null}]}\n\n'
+            ).encode()
+        if self.api == "openai-completions":
+            return b""
+        u = self.usage
+        message = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": u["prompt_tokens"]
+                - u["cached_tokens"]
+                - u["cache_creation_tokens"],
+                "cache_creation_input_tokens": u["cache_creation_tokens"],
+                "cache_read_input_tokens": u["cached_tokens"],
+                "output_tokens": 1,
+            },
+        }
+        return (
+            b"event: message_start\ndata: "
+            + _dumps({"type": "message_start", "message": message})
+            + b'\n\nevent: content_block_start\ndata: {"type":"content_block_start","index":0,'
+            b'"content_block":{"type":"text","text":""}}\n\n'
+        )
+
+    def tokens(self, first: int, stop: int, malformed_at: int = -1) -> bytes:
+        """Return the events of tokens ``first .. stop - 1`` (one event each).
+
+        Parameters
+        ----------
+        first, stop : int
+            Token index range.
+        malformed_at : int
+            Index of a token whose event is rendered as invalid JSON (fault), or -1.
+
+        Returns
+        -------
+        bytes
+        """
+        words = [_TOKEN_BYTES[i % len(_TOKEN_BYTES)] for i in range(first, stop)]
+        if not words:
+            return b""
+        if first <= malformed_at < stop:
+            prefix = b"event: content_block_delta\n" if self.api == "anthropic-messages" else b""
+            bad = prefix + b'data: {"id": "' + self.id.encode() + b'", [\n\n'
+            return self.tokens(first, malformed_at) + bad + self.tokens(malformed_at + 1, stop)
+        return self._pre + (self._post + self._pre).join(words) + self._post
+
+    def end(self) -> bytes:
+        """Return the events that close a stream (finish reason, usage, ``[DONE]``)."""
+        u = self.usage
+        if self.api == "anthropic-messages":
+            delta = {
+                "type": "message_delta",
+                "delta": {"stop_reason": self.finish, "stop_sequence": None},
+                "usage": {"output_tokens": u["completion_tokens"]},
+            }
+            return (
+                b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+                b"event: message_delta\ndata: " + _dumps(delta) + b"\n\n"
+                b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+            )
+        if self.api == "openai-chat":
+            out = self._head + f'{{}},"logprobs":null,"finish_reason":"{self.finish}"}}]}}\n\n'
+        else:
+            out = self._head + f'"text":"","logprobs":null,"finish_reason":"{self.finish}"}}]}}\n\n'
+        if self.include_usage:
+            obj = "chat.completion.chunk" if self.api == "openai-chat" else "text_completion"
+            chunk = {
+                "id": self.id,
+                "object": obj,
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": self._openai_usage(),
+            }
+            out += "data: " + json.dumps(chunk) + "\n\n"
+        return (out + "data: [DONE]\n\n").encode()
+
+    def _openai_usage(self) -> dict[str, Any]:
+        u = self.usage
+        return {
+            "prompt_tokens": u["prompt_tokens"],
+            "completion_tokens": u["completion_tokens"],
+            "total_tokens": u["prompt_tokens"] + u["completion_tokens"],
+            "prompt_tokens_details": {"cached_tokens": u["cached_tokens"]},
+        }
+
+    def body(self) -> bytes:
+        """Return the non-streamed JSON body of the whole response."""
+        u = self.usage
+        text = _text(u["completion_tokens"])
+        if self.api == "anthropic-messages":
+            obj: dict[str, Any] = {
+                "id": self.id,
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": self.finish,
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": u["prompt_tokens"]
+                    - u["cached_tokens"]
+                    - u["cache_creation_tokens"],
+                    "cache_creation_input_tokens": u["cache_creation_tokens"],
+                    "cache_read_input_tokens": u["cached_tokens"],
+                    "output_tokens": u["completion_tokens"],
+                },
+            }
+        elif self.api == "openai-chat":
+            obj = {
+                "id": self.id,
+                "object": "chat.completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "logprobs": None,
+                        "finish_reason": self.finish,
+                    }
+                ],
+                "usage": self._openai_usage(),
+            }
+        else:
+            obj = {
+                "id": self.id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
+                    {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish}
+                ],
+                "usage": self._openai_usage(),
+            }
+        return _dumps(obj)

@@ -1,0 +1,370 @@
+"""Per-level statistics of any tidy requests table: the numbers behind ``SweepResult.summary()``.
+
+:func:`summarize` needs only a ``level`` column; every other column of
+:data:`llmlat.schema.REQUEST_COLUMNS` it uses is optional, and a statistic whose inputs are
+missing is NaN (or ``<NA>``), never guessed. So the same function serves a fresh sweep, a
+recovered partial one and a public dataset converted to the record schema.
+
+Definitions (per level; warmup rows are left out unless asked for):
+
+- ``n``, ``ok``: rows and successful rows. ``ok_rate = ok / n``, ``error_rate = 1 - ok_rate``.
+  Without an ``ok`` column a row is ok when its ``status`` is 2xx, or always without a status.
+- ``rate_limited_rate``: share of logical requests whose final outcome was a 429
+  (``error_kind == "rate_limited"`` or ``status == 429``). ``http_429``: HTTP attempts answered
+  429 on the way, from the attempts table (``<NA>`` without one). ``retries``: attempts beyond the
+  first, summed.
+- A row starts at ``t_scheduled`` (else ``t_sent``, else ``t_end - latency_s``) and ends at
+  ``t_end`` (else start + ``latency_s``). ``span_s`` runs from the level's first start to its
+  last end.
+- ``throughput_rps = ok / span_s``; ``output_tokens_per_s``: ``completion_tokens`` of the ok rows
+  over ``span_s`` (NaN if any ok row lacks the count: an undercount would be a silent guess).
+- ``target_rate_rps``: the level of a ``rate`` sweep. ``achieved_rate_rps``: sends per second,
+  ``(k - 1) / (last t_sent - first t_sent)`` over the k rows that were sent (``t_scheduled`` when
+  ``t_sent`` is absent), so a client that fell behind its schedule shows it.
+- ``mean_in_flight``: the sum of ``latency_s`` over ``span_s`` (the time-average number of
+  requests in flight, failures included: they held a slot too).
+- ``latency_*_s``, ``ttft_*_s``, ``itl_*_s``: mean and percentiles (linear interpolation) over the
+  ok rows; ``itl_*`` are taken over each request's mean inter-token latency (``itl_mean_s``).
+  ``lag_p99_s``: the 99th percentile of the send lag behind the schedule.
+- ``littles_law_rel_err``: Little's law checked on the middle half of the span (edges trimmed,
+  where the level ramps up and drains): ``lambda * W / L - 1``, with ``L`` the time-average
+  number in flight inside the window, ``lambda`` the rows started in it per second and ``W``
+  their mean latency. Near 0 in a steady state; large when the queue grows or drains.
+- ``steady``: the level reached a steady state, by three checks that must all pass:
+  enough data (``n >= max(20, 3 * population)``, the population being the concurrency of a
+  ``concurrency`` level and the mean number in flight otherwise); a constant completion rate
+  (completions in the two halves of the time between the first and last end differ by at most
+  10% plus two Poisson standard deviations); and no latency drift (the median latency of the
+  rows started in the second half of the span is within a factor 1.5 of the first half's, or
+  the difference is not significant by a Mann-Whitney test at the 1% level). ``<NA>`` when the
+  times needed are missing.
+- ``client_bound``: from the levels table (the engine's view of itself): the client's CPU use
+  exceeded 80% of a core, or its event-loop lag p99 exceeded 10% of the median latency (of the
+  ok rows; of all rows when none succeeded), so the client, not the server, may have inflated
+  the latencies. ``<NA>`` without a levels row.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["PERCENTILES", "SUMMARY_COLUMNS", "summarize"]
+
+#: Percentiles reported for latency, TTFT and ITL.
+PERCENTILES = (50, 90, 95, 99)
+
+_DISTRIBUTIONS = {"latency": "latency_s", "ttft": "ttft_s", "itl": "itl_mean_s"}
+
+#: Column name -> dtype of the table :func:`summarize` returns, in order (``run_id`` is
+#: inserted first when the table holds more than one run).
+SUMMARY_COLUMNS: dict[str, str] = {
+    "level_kind": "string",
+    "level": "float64",
+    "n": "int64",
+    "ok": "int64",
+    "ok_rate": "float64",
+    "error_rate": "float64",
+    "rate_limited_rate": "float64",
+    "http_429": "Int64",
+    "retries": "Int64",
+    "span_s": "float64",
+    "throughput_rps": "float64",
+    "output_tokens_per_s": "float64",
+    "target_rate_rps": "float64",
+    "achieved_rate_rps": "float64",
+    "mean_in_flight": "float64",
+    **{
+        f"{name}_{stat}_s": "float64"
+        for name in _DISTRIBUTIONS
+        for stat in ("mean", *(f"p{p}" for p in PERCENTILES))
+    },
+    "lag_p99_s": "float64",
+    "littles_law_rel_err": "float64",
+    "steady": "boolean",
+    "client_bound": "boolean",
+    "stopped_by": "string",
+}
+
+# steady-state and client-bound thresholds (see the module docstring)
+_MIN_REQUESTS = 20
+_MIN_ROUNDS = 3
+_RATE_SLACK = 0.10
+_DRIFT_FACTOR = 1.5
+_DRIFT_ALPHA = 0.01
+_CPU_BOUND = 0.8
+_LAG_BOUND = 0.10
+
+_PHASES = ("measure", "warmup")
+
+
+def summarize(
+    requests: pd.DataFrame,
+    attempts: pd.DataFrame | None = None,
+    levels: pd.DataFrame | None = None,
+    *,
+    phase: str | None = "measure",
+) -> pd.DataFrame:
+    """Summarize a tidy requests table: one row per level.
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        One row per logical request with at least a ``level`` column; the other columns of
+        :data:`llmlat.schema.REQUEST_COLUMNS` are used when present.
+    attempts : pandas.DataFrame, optional
+        One row per HTTP attempt (:data:`llmlat.schema.ATTEMPT_COLUMNS`), for ``http_429``.
+    levels : pandas.DataFrame, optional
+        The engine's per-level table (:data:`llmlat.schema.LEVEL_COLUMNS`), for
+        ``client_bound`` and ``stopped_by``; its levels appear even when no request finished.
+    phase : {"measure", "warmup"} or None, default "measure"
+        Which rows to summarize (rows without a ``phase`` column count as measured);
+        None takes every row.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (``level_kind``, ``level``), sorted, with the columns of
+        :data:`SUMMARY_COLUMNS` (preceded by ``run_id`` when ``requests`` holds several runs).
+        The statistics are defined in the module docstring.
+
+    Raises
+    ------
+    ValueError
+        If ``requests`` has no ``level`` column or ``phase`` is not a known phase.
+    """
+    if "level" not in requests.columns:
+        raise ValueError("requests: missing column 'level'")
+    if phase is not None and phase not in _PHASES:
+        raise ValueError(f"phase: expected one of {_PHASES} or None, got {phase!r}")
+    rows = requests
+    if phase is not None and "phase" in rows.columns:
+        keep = rows["phase"] == phase if phase == "warmup" else rows["phase"] != "warmup"
+        rows = rows[keep.fillna(phase == "measure").to_numpy(bool)]
+    keys = _keys(requests)
+    groups = dict(iter(rows.groupby(keys, sort=False, dropna=False))) if len(rows) else {}
+    level_rows = _level_rows(levels, keys)
+    tried = _tried_429(rows, attempts, keys)
+    out = []
+    for key in sorted(set(groups) | set(level_rows), key=_sort_key):
+        frame = groups.get(key, rows.iloc[:0])
+        stats = _level_stats(frame, dict(zip(keys, key, strict=True)))
+        stats["http_429"] = pd.NA if tried is None else tried.get(key, 0)
+        stats.update(_client_stats(level_rows.get(key), _typical_latency(frame, stats)))
+        out.append(stats)
+    columns = dict(SUMMARY_COLUMNS)
+    if "run_id" in keys:
+        columns = {"run_id": "string", **columns}
+    table = pd.DataFrame(out, columns=list(columns))
+    return table.astype(columns)
+
+
+# ---------------------------------------------------------------- grouping
+
+
+def _keys(requests: pd.DataFrame) -> list[str]:
+    keys = ["level_kind", "level"] if "level_kind" in requests.columns else ["level"]
+    if "run_id" in requests.columns and requests["run_id"].nunique() > 1:
+        keys.insert(0, "run_id")
+    return keys
+
+
+def _sort_key(key: tuple) -> tuple:
+    return tuple((0, "", v) if isinstance(v, float | int) else (1, str(v), 0) for v in key)
+
+
+def _level_rows(levels: pd.DataFrame | None, keys: list[str]) -> dict[tuple, pd.Series]:
+    if levels is None or levels.empty or not set(keys) <= set(levels.columns):
+        return {}
+    return {tuple(row[k] for k in keys): row for _, row in levels.iterrows()}
+
+
+def _tried_429(
+    rows: pd.DataFrame, attempts: pd.DataFrame | None, keys: list[str]
+) -> dict[tuple, int] | None:
+    """Count 429 attempts per level key, of the requests in ``rows`` only; None if unknown."""
+    if attempts is None or "status" not in attempts.columns or (attempts.empty and len(rows)):
+        return None
+    hits = attempts[(attempts["status"] == 429).fillna(False).to_numpy(bool)]
+    join = [c for c in ("run_id", "level", "request_id") if c in hits and c in rows]
+    if "request_id" not in join:
+        return None
+    hits = hits[join].merge(rows[list(dict.fromkeys(join + keys))].drop_duplicates(join), on=join)
+    return {k: len(g) for k, g in hits.groupby(keys, dropna=False)}
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """Return a column as float64 values, all NaN when the column is missing."""
+    if name not in frame.columns:
+        return np.full(len(frame), np.nan)
+    return pd.to_numeric(frame[name], errors="coerce").astype("float64").to_numpy(na_value=np.nan)
+
+
+def _ok(frame: pd.DataFrame) -> np.ndarray:
+    if "ok" in frame.columns:
+        return frame["ok"].fillna(False).to_numpy(bool)
+    if "status" in frame.columns:
+        status = _column(frame, "status")
+        return (status >= 200) & (status < 300)
+    return np.ones(len(frame), bool)
+
+
+def _rate_limited(frame: pd.DataFrame) -> float:
+    if not len(frame) or not {"error_kind", "status"} & set(frame.columns):
+        return math.nan
+    limited = _column(frame, "status") == 429
+    if "error_kind" in frame.columns:
+        limited |= (frame["error_kind"] == "rate_limited").fillna(False).to_numpy(bool)
+    return float(limited.mean())
+
+
+def _intervals(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    latency = _column(frame, "latency_s")
+    end = _column(frame, "t_end")
+    start = _column(frame, "t_scheduled")
+    start = np.where(np.isnan(start), _column(frame, "t_sent"), start)
+    start = np.where(np.isnan(start), end - latency, start)
+    end = np.where(np.isnan(end), start + latency, end)
+    return start, end
+
+
+def _describe(values: np.ndarray, name: str) -> dict[str, float]:
+    values = values[~np.isnan(values)]
+    if not len(values):
+        return {f"{name}_{s}_s": math.nan for s in ("mean", *(f"p{p}" for p in PERCENTILES))}
+    stats = {f"{name}_mean_s": float(values.mean())}
+    for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES), strict=True):
+        stats[f"{name}_p{p}_s"] = float(v)
+    return stats
+
+
+def _send_rate(frame: pd.DataFrame) -> float:
+    sent = _column(frame, "t_sent")
+    if np.isnan(sent).all():
+        sent = _column(frame, "t_scheduled")
+    sent = sent[~np.isnan(sent)]
+    if len(sent) < 2 or sent.max() <= sent.min():
+        return math.nan
+    return (len(sent) - 1) / float(sent.max() - sent.min())
+
+
+def _level_stats(frame: pd.DataFrame, key: dict[str, Any]) -> dict[str, Any]:
+    n = len(frame)
+    ok = _ok(frame)
+    n_ok = int(ok.sum())
+    start, end = _intervals(frame)
+    done = ~np.isnan(start) & ~np.isnan(end)
+    span = float(end[done].max() - start[done].min()) if done.any() else math.nan
+    span = span if span > 0 else math.nan
+    latency = _column(frame, "latency_s")
+    in_flight = float(np.nansum(latency)) / span if not np.isnan(latency).all() else math.nan
+    kind = key.get("level_kind")
+    kind = kind if isinstance(kind, str) else None
+    stats: dict[str, Any] = {
+        **key,
+        "level_kind": kind,
+        "n": n,
+        "ok": n_ok,
+        "ok_rate": n_ok / n if n else math.nan,
+        "error_rate": 1 - n_ok / n if n else math.nan,
+        "rate_limited_rate": _rate_limited(frame),
+        "retries": int(np.clip(_column(frame, "attempts") - 1, 0, None).sum())
+        if "attempts" in frame.columns
+        else pd.NA,
+        "span_s": span,
+        "throughput_rps": n_ok / span,
+        "output_tokens_per_s": _tokens(frame, ok) / span,
+        "target_rate_rps": float(key["level"]) if kind == "rate" else math.nan,
+        "achieved_rate_rps": _send_rate(frame),
+        "mean_in_flight": in_flight,
+    }
+    for name, column in _DISTRIBUTIONS.items():
+        stats.update(_describe(_column(frame, column)[ok], name))
+    lag = _column(frame, "lag_s")
+    lag = lag[~np.isnan(lag)]
+    stats["lag_p99_s"] = float(np.percentile(lag, 99)) if len(lag) else math.nan
+    stats["littles_law_rel_err"] = _little(start[done], end[done], span)
+    population = float(key["level"]) if kind == "concurrency" else stats["mean_in_flight"]
+    stats["steady"] = _steady(start[done], end[done], latency[done], n, population)
+    return stats
+
+
+def _tokens(frame: pd.DataFrame, ok: np.ndarray) -> float:
+    if "completion_tokens" not in frame.columns:
+        return math.nan
+    return float(_column(frame, "completion_tokens")[ok].sum())  # NaN if any count is missing
+
+
+def _little(start: np.ndarray, end: np.ndarray, span: float) -> float:
+    """Return ``lambda * W / L - 1`` on the middle half of the span (see the module docstring)."""
+    if not len(start) or math.isnan(span):
+        return math.nan
+    a = float(start.min()) + span / 4
+    b = a + span / 2
+    inside = np.clip(np.minimum(end, b) - np.maximum(start, a), 0, None).sum() / (b - a)
+    arrived = (start >= a) & (start < b)
+    if inside <= 0:
+        return math.nan
+    return float((end[arrived] - start[arrived]).sum() / (b - a) / inside - 1)
+
+
+def _steady(
+    start: np.ndarray, end: np.ndarray, latency: np.ndarray, n: int, population: float
+) -> Any:
+    if len(start) < 2 or math.isnan(population):
+        return pd.NA
+    if n < max(_MIN_REQUESTS, _MIN_ROUNDS * math.ceil(population)):
+        return False
+    first, last = end.min(), end.max()
+    c1 = int((end < (first + last) / 2).sum())
+    c2 = len(end) - c1
+    if abs(c1 - c2) > _RATE_SLACK * (c1 + c2) + 2 * math.sqrt(c1 + c2):
+        return False
+    return not _drifts(start, latency)
+
+
+def _drifts(start: np.ndarray, latency: np.ndarray) -> bool:
+    known = ~np.isnan(latency)
+    start, latency = start[known], latency[known]
+    late = start >= (start.min() + start.max()) / 2
+    early_lat, late_lat = latency[~late], latency[late]
+    if not len(early_lat) or not len(late_lat):
+        return False
+    a, b = float(np.median(early_lat)), float(np.median(late_lat))
+    if min(a, b) > 0 and 1 / _DRIFT_FACTOR <= b / a <= _DRIFT_FACTOR:
+        return False
+    from scipy.stats import mannwhitneyu  # lazy: scipy is slow to import
+
+    return bool(mannwhitneyu(early_lat, late_lat).pvalue < _DRIFT_ALPHA)
+
+
+def _typical_latency(frame: pd.DataFrame, stats: dict[str, Any]) -> float:
+    """Return the median latency of the ok rows, or of every row when none succeeded."""
+    if not math.isnan(stats["latency_p50_s"]):
+        return stats["latency_p50_s"]
+    latency = _column(frame, "latency_s")
+    return float(np.nanmedian(latency)) if (~np.isnan(latency)).any() else math.nan
+
+
+def _client_stats(row: pd.Series | None, latency_p50: float) -> dict[str, Any]:
+    if row is None:
+        return {"client_bound": pd.NA, "stopped_by": pd.NA}
+    cpu = _float(row.get("cpu_util"))
+    lag = _float(row.get("loop_lag_p99_s"))
+    flags = [cpu > _CPU_BOUND] if not math.isnan(cpu) else []
+    if not math.isnan(lag) and not math.isnan(latency_p50):
+        flags.append(lag > _LAG_BOUND * latency_p50)
+    return {
+        "client_bound": any(flags) if flags else pd.NA,
+        "stopped_by": row.get("stopped_by", pd.NA),
+    }
+
+
+def _float(value: Any) -> float:
+    return math.nan if value is None or pd.isna(value) else float(value)

@@ -1,0 +1,797 @@
+"""The sweep engine: run the planned load levels against a target and record every request.
+
+:class:`Sweeper` executes the :class:`~llmlat.load.LevelPlan` of each level in order (closed
+loop: N workers; open loop / trace: sends at scheduled times, latency counted from the
+scheduled time), keeps one :class:`~llmlat.schema.Record` per issued request whatever happens,
+samples its own event-loop lag and CPU time per level (so a client-bound level can be flagged),
+shows a progress bar, and appends finished rows to disk as it goes when asked to.
+:func:`asweep` and :func:`sweep` are the one-call forms.
+
+Stopping: :meth:`Sweeper.stop` stops new sends and lets in-flight requests finish; cancelling
+the task that runs a sweep also cancels the in-flight requests, awaits them, keeps their rows
+(``error_kind="cancelled"``) and flushes the save file. Ctrl-C in :func:`sweep` does the first,
+then the second after a grace period (or at a second Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import json
+import math
+import os
+import platform
+import secrets
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmlat import __version__
+from llmlat._loop import run_coroutine
+from llmlat.client import Client, RetryPolicy, Target, redact_url
+from llmlat.endpoints import make_payload
+from llmlat.load import LevelPlan, plan_levels
+from llmlat.results import DatasetWriter, SweepResult
+from llmlat.schema import (
+    Attempt,
+    LevelStats,
+    Record,
+    attempts_frame,
+    levels_frame,
+    requests_frame,
+)
+
+__all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "sweep"]
+
+#: What is sent when no payload is given.
+DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
+
+_LAG_INTERVAL_S = 0.01  # event-loop lag sampling period
+_FLUSH_INTERVAL_S = 0.25  # how often finished rows go to the save file
+_GRACE_S = 5.0  # after Ctrl-C in sweep(), how long requests in flight may take to finish
+_POSTFIX_INTERVAL_S = 0.5  # how often the progress bar's ok rate / p95 are recomputed
+_LEVEL_LABEL = {"concurrency": "N={:g}", "rate": "rate={:g}/s", "trace": "trace x{:g}"}
+
+
+class Sweeper:
+    """A sweep over load levels, ready to run once.
+
+    Parameters
+    ----------
+    payload : dict, str, list, callable or None
+        What to send: a request body (dict or JSON text), a plain prompt (a one-message chat,
+        or a completions prompt), a list of those (request ``i`` sends item ``i % len``), or a
+        callable ``f(request_id) -> payload``. None sends :data:`DEFAULT_PROMPT`.
+    url : str, optional
+        The target's base URL. None starts the built-in simulator for the run (configured by
+        ``simulator``) and says so on stderr.
+    simulator : str, SimConfig or dict, optional
+        With ``url=None``: a preset name, a :class:`~llmlat.sim.SimConfig`, or option overrides.
+    api, model, api_key_env, headers, timeout_s, stream, max_tokens
+        The target, see :class:`llmlat.client.Target`. ``api_key_env`` names an environment
+        variable; the key itself is never stored or shown.
+    concurrency, rate, trace, think_time_s, arrival, burstiness, max_in_flight
+        The load shape and its levels, see :func:`llmlat.load.plan_levels`.
+    requests, duration_s, warmup, warmup_s
+        How long each level runs (measured requests or seconds, after the warmup); the default
+        is enough for a steady state (:func:`llmlat.load.default_length`). Warmup rows are kept
+        with ``phase="warmup"``.
+    pause_s : float
+        Pause between levels.
+    retries, max_retry_wait_s
+        Retry policy for 429, 5xx and connection errors (``retries=0`` measures raw refusals).
+    seed : int
+        Seed of every random choice (schedules, retry jitter).
+    progress : bool
+        Show a progress bar (tqdm) with the level, done/total, ok rate and p95 so far.
+    save : str or path, optional
+        Append finished rows to this dataset as the sweep runs (readable at any time with
+        :func:`llmlat.read`).
+    run_id : str, optional
+        Identifies the run in every row; generated when None.
+
+    Raises
+    ------
+    ValueError
+        Naming the first invalid option.
+    """
+
+    def __init__(
+        self,
+        payload: Any = None,
+        *,
+        url: str | None = None,
+        simulator: Any = None,
+        api: str = "openai-chat",
+        model: str | None = None,
+        api_key_env: str | None = None,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 60.0,
+        stream: bool = True,
+        max_tokens: int | None = None,
+        concurrency: int | Sequence[int] | None = None,
+        rate: float | Sequence[float] | None = None,
+        trace: Any = None,
+        think_time_s: float = 0.0,
+        arrival: str = "poisson",
+        burstiness: float = 1.0,
+        max_in_flight: int | None = None,
+        requests: int | None = None,
+        duration_s: float | None = None,
+        warmup: int = 0,
+        warmup_s: float = 0.0,
+        pause_s: float = 0.0,
+        retries: int = 3,
+        max_retry_wait_s: float = 60.0,
+        seed: int = 0,
+        progress: bool = True,
+        save: str | os.PathLike | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self._plans = plan_levels(
+            concurrency=concurrency,
+            rate=rate,
+            trace=trace,
+            think_time_s=think_time_s,
+            arrival=arrival,
+            burstiness=burstiness,
+            max_in_flight=max_in_flight,
+            requests=requests,
+            duration_s=duration_s,
+            warmup=warmup,
+            warmup_s=warmup_s,
+            seed=seed,
+        )
+        # a closed-loop level that issues fewer requests than it has workers never fills up
+        short = [
+            p.workers for p in self._plans if p.workers and (p.total() or p.workers) < p.workers
+        ]
+        if short:
+            warnings.warn(
+                f"requests={requests} is below concurrency {short}: those levels never have "
+                "that many requests in flight (the default is max(20, 5 * concurrency))",
+                stacklevel=3,
+            )
+        if not (isinstance(pause_s, int | float) and math.isfinite(pause_s) and pause_s >= 0):
+            raise ValueError(f"pause_s: must be a finite number >= 0, got {pause_s!r}")
+        if url is not None and simulator is not None:
+            raise ValueError("simulator: only used when url is None")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id or "/" in run_id):
+            raise ValueError("run_id: must be a non-empty string without '/'")
+        target_options = {
+            "api": api,
+            "model": model,
+            "api_key_env": api_key_env,
+            "headers": headers,
+            "timeout_s": timeout_s,
+            "stream": stream,
+            "max_tokens": max_tokens,
+        }
+        # validate now (Target names the bad field, api_key() checks the variable is set);
+        # the simulator's URL comes at run time
+        Target(url or "http://127.0.0.1", **target_options).api_key()
+        self._retry = RetryPolicy(retries=retries, max_retry_wait_s=max_retry_wait_s)
+        self._target_options = target_options
+        self._url = url
+        self._simulator = simulator
+        self._payload_of = _payload_source(payload, api, self._plans)
+        self._payload_summary = _payload_summary(payload)
+        self._seed = seed
+        self._progress = progress
+        self._save = None if save is None else Path(save)
+        self._pause_s = float(pause_s)
+        self._run_id = run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+        self._load_meta = _jsonable(
+            {
+                "concurrency": concurrency,
+                "rate": rate,
+                "trace": None if trace is None else f"{self._plans[0].total()} sends",
+                "think_time_s": think_time_s,
+                "arrival": arrival,
+                "burstiness": burstiness,
+                "max_in_flight": max_in_flight,
+                "requests": requests,
+                "duration_s": duration_s,
+                "warmup": warmup,
+                "warmup_s": warmup_s,
+                "pause_s": pause_s,
+                "retries": retries,
+                "max_retry_wait_s": max_retry_wait_s,
+                "timeout_s": timeout_s,
+                "stream": stream,
+                "max_tokens": max_tokens,
+            }
+        )
+        self._meta: dict[str, Any] = {}
+        self._issued: list[Record] = []  # every request issued, in request_id order
+        self._unfinished: dict[int, Record] = {}
+        self._attempts: list[Attempt] = []
+        self._levels: list[LevelStats] = []
+        self._pending: tuple[list[Record], list[Attempt]] = ([], [])
+        self._writer: DatasetWriter | None = None
+        self._last_flush = 0.0
+        self._tasks: set[asyncio.Task] = set()
+        self._stopping = False
+        self._sleepers: set[asyncio.Future] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._interrupted = False
+        self._started = False
+        self._t0_ns = 0
+        self._bar: Any = None
+        self._level_done = 0
+        self._level_ok = 0
+        self._level_latencies: list[float] = []
+        self._last_postfix = 0.0
+
+    # ------------------------------------------------------------------ public
+
+    def stop(self) -> None:
+        """Stop sending new requests; in-flight ones finish, then :meth:`run` returns.
+
+        Safe to call from any thread.
+        """
+        self._stopping = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            if _in_loop_thread(loop):
+                self._wake_sleepers()
+            else:
+                loop.call_soon_threadsafe(self._wake_sleepers)
+
+    def result(self) -> SweepResult:
+        """Return what has finished so far (everything, once :meth:`run` has returned).
+
+        Returns
+        -------
+        SweepResult
+            Finished requests (in ``request_id`` order), their attempts, the levels done and
+            the run's metadata (``meta["interrupted"]`` tells whether the run was cut short).
+        """
+        done = [r for r in self._issued if r.request_id not in self._unfinished]
+        meta = {**self._meta, "interrupted": self._interrupted}
+        return SweepResult(
+            requests_frame(done),
+            attempts_frame(self._attempts),
+            levels_frame(self._levels),
+            meta,
+        )
+
+    async def run(self) -> SweepResult:
+        """Run every level in order and return the result.
+
+        Returns
+        -------
+        SweepResult
+            One row per issued request, one per HTTP attempt, one per level.
+
+        Raises
+        ------
+        asyncio.CancelledError
+            When the task running the sweep is cancelled: in-flight requests are cancelled and
+            kept as rows, the save file is flushed, then the cancellation propagates
+            (:meth:`result` still gives the partial result).
+        """
+        if self._started:
+            raise RuntimeError("a Sweeper runs once; make a new one")
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        if self._url is not None:
+            return await self._run_against(self._url, None)
+        from llmlat.sim import Simulator
+
+        async with _make_simulator(Simulator, self._simulator) as sim:
+            print(
+                f"llmlat: no url given: measuring the built-in simulator at {sim.url}",
+                file=sys.stderr,
+            )
+            if self._target_options["model"] is None:
+                self._target_options["model"] = sim.config.model
+            return await self._run_against(sim.url, _jsonable(dataclasses.asdict(sim.config)))
+
+    # ------------------------------------------------------------------ the run
+
+    async def _run_against(self, url: str, sim_config: dict | None) -> SweepResult:
+        target = Target(url, **self._target_options)
+        self._t0_ns = time.perf_counter_ns()
+        self._meta = {
+            "llmlat_version": __version__,
+            "run_id": self._run_id,
+            "started_at": datetime.now(UTC).isoformat(),
+            "t0_perf_s": self._t0_ns / 1e9,
+            "url": redact_url(url),
+            "api": self._target_options["api"],
+            "model": self._target_options["model"],
+            "api_key_env": self._target_options["api_key_env"],  # the name only, never the key
+            "level_kind": self._plans[0].kind,
+            "levels": [p.value for p in self._plans],
+            "load": self._load_meta,
+            "seed": self._seed,
+            "machine": {
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+                "cpu_count": os.cpu_count(),
+                "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+            },
+            "simulator": sim_config,
+            "interrupted": False,
+            "payload_summary": self._payload_summary,
+        }
+        if self._save is not None:
+            self._writer = DatasetWriter(self._save, dict(self._meta))
+        self._bar = self._make_bar()
+        # a full collection over everything imported so far (pandas, numpy, ...) pauses the
+        # loop for tens of ms mid-level; frozen objects are skipped until the run ends
+        gc.freeze()
+        try:
+            async with Client(
+                target, self._retry, run_id=self._run_id, t0_ns=self._t0_ns, seed=self._seed
+            ) as client:
+                for plan in self._plans:
+                    if self._stopping:
+                        break
+                    if plan.index and self._pause_s:
+                        await self._sleep(self._pause_s)
+                    if not self._stopping:
+                        await self._run_level(plan, client)
+        except BaseException:
+            self._interrupted = True
+            raise
+        finally:
+            gc.unfreeze()
+            self._interrupted = self._interrupted or self._stopping
+            if self._bar is not None:
+                self._bar.close()
+            self._close_writer()
+        return self.result()
+
+    async def _run_level(self, plan: LevelPlan, client: Client) -> None:
+        stats = LevelStats(self._run_id, plan.value, plan.kind, t_start=self._now())
+        issued_before = len(self._issued)
+        lags: list[float] = []
+        sampler = asyncio.create_task(_sample_lag(lags))
+        cpu0 = time.process_time()
+        self._start_bar_level(plan)
+        try:
+            if plan.workers is not None:
+                stats.stopped_by = await self._closed_loop(plan, client)
+            else:
+                stats.stopped_by = await self._open_loop(plan, client)
+            await self._gather_tasks()
+        except BaseException as exc:
+            stats.stopped_by = "interrupted" if isinstance(exc, asyncio.CancelledError) else "error"
+            self._stopping = True
+            for task in self._tasks:
+                task.cancel()
+            await self._gather_tasks(raise_errors=False)
+            raise
+        finally:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+            self._cancel_unstarted()
+            stats.t_end = self._now()
+            stats.issued = len(self._issued) - issued_before
+            stats.cpu_s = time.process_time() - cpu0
+            wall = stats.t_end - stats.t_start
+            stats.cpu_util = stats.cpu_s / wall if wall > 0 else math.nan
+            if lags:
+                arr = np.asarray(lags)
+                p50, p99 = np.percentile(arr, [50, 99])
+                stats.loop_lag_p50_s, stats.loop_lag_p99_s = float(p50), float(p99)
+                stats.loop_lag_max_s = float(arr.max())
+            self._levels.append(stats)
+            if self._writer is not None:
+                self._flush()
+                self._writer.add_level(stats)
+
+    async def _closed_loop(self, plan: LevelPlan, client: Client) -> str:
+        issued = measured = 0
+        t_level = self._now()
+        # by duration: measured time starts after warmup_s and after the warmup-th send
+        end = math.inf
+        if plan.duration_s is not None and not plan.warmup:
+            end = t_level + plan.warmup_s + plan.duration_s
+
+        async def worker(w: int) -> None:
+            nonlocal issued, measured, end
+            while not self._stopping:
+                now = self._now()
+                if now >= end or (plan.requests is not None and measured >= plan.requests):
+                    return
+                record = self._issue(plan, issued, now, now - t_level, w)
+                issued += 1
+                measured += record.phase == "measure"
+                if plan.duration_s is not None and plan.warmup and issued == plan.warmup:
+                    end = max(now, t_level + plan.warmup_s) + plan.duration_s
+                await self._send(client, record)
+                if plan.think_time_s:
+                    await self._sleep(plan.think_time_s)
+
+        for w in range(plan.workers or 0):
+            self._spawn(worker(w))
+        await self._gather_tasks()
+        return "interrupted" if self._stopping else plan.stop_rule
+
+    async def _open_loop(self, plan: LevelPlan, client: Client) -> str:
+        assert plan.schedule is not None
+        cap = asyncio.Semaphore(plan.max_in_flight) if plan.max_in_flight else None
+        t_level = self._now()
+        for index, offset in enumerate(plan.schedule.offsets_s.tolist()):
+            t_due = t_level + offset
+            await self._sleep(t_due - self._now())
+            if cap is not None and not self._stopping:
+                await cap.acquire()  # waiting for a slot shows as schedule lag
+            if self._stopping:
+                return "interrupted"
+            self._spawn(self._send(client, self._issue(plan, index, t_due, offset, None), cap))
+        return plan.stop_rule
+
+    # ------------------------------------------------------------------ requests
+
+    def _issue(
+        self, plan: LevelPlan, index: int, t_scheduled: float, offset_s: float, worker: int | None
+    ) -> Record:
+        """Make the row of a request about to be sent: issued, it is a row whatever happens."""
+        request_id = len(self._issued)
+        record = Record(
+            self._run_id,
+            plan.value,
+            plan.kind,
+            request_id,
+            phase=plan.phase(index, offset_s),
+            worker=worker,
+            in_flight=len(self._unfinished) + 1,  # issued and not finished
+            t_scheduled=t_scheduled,
+        )
+        self._issued.append(record)
+        self._unfinished[request_id] = record
+        return record
+
+    async def _send(
+        self, client: Client, record: Record, cap: asyncio.Semaphore | None = None
+    ) -> None:
+        attempts: list[Attempt] = []  # filled as attempts start: kept even when cancelled
+        try:
+            # on cancellation the client fills the record before re-raising
+            await client.send(record, self._payload_of(record), attempts)
+        except Exception as exc:  # a bug, or a bad payload from a callable: the sweep stops
+            _abandon(record, self._now(), f"not completed: {type(exc).__name__}")
+            raise
+        finally:
+            if cap is not None:
+                cap.release()
+            self._finish(record, attempts)
+
+    def _finish(self, record: Record, attempts: list[Attempt]) -> None:
+        self._unfinished.pop(record.request_id, None)
+        self._attempts.extend(attempts)
+        self._pending[0].append(record)
+        self._pending[1].extend(attempts)
+        self._level_done += 1
+        if record.ok:
+            self._level_ok += 1
+            if record.phase == "measure":
+                self._level_latencies.append(record.latency_s)
+        now = time.perf_counter()
+        if self._bar is not None:
+            self._bar.update(1)
+            if now - self._last_postfix >= _POSTFIX_INTERVAL_S:
+                self._last_postfix = now
+                self._bar.set_postfix_str(self._postfix(), refresh=False)
+        if self._writer is not None and now - self._last_flush >= _FLUSH_INTERVAL_S:
+            self._flush()
+
+    def _cancel_unstarted(self) -> None:
+        """Give a row to requests issued but cancelled before the client ever ran."""
+        now = self._now()
+        for record in list(self._unfinished.values()):
+            _abandon(record, now, "cancelled before it was sent")
+            self._finish(record, [])
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _gather_tasks(self, *, raise_errors: bool = True) -> None:
+        """Await every request / worker task; re-raise the first unexpected error."""
+        while self._tasks:
+            results = await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            errors = [
+                r
+                for r in results
+                if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)
+            ]
+            if errors and raise_errors:
+                raise errors[0]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _now(self) -> float:
+        return (time.perf_counter_ns() - self._t0_ns) / 1e9
+
+    def _wake_sleepers(self) -> None:
+        for wakeup in list(self._sleepers):
+            _resolve(wakeup)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep at least ``seconds`` of perf_counter time; :meth:`stop` wakes it early."""
+        assert self._loop is not None
+        end = self._now() + seconds
+        # the loop's timers may fire up to a clock tick early (uvloop counts whole ms)
+        while not self._stopping and (left := end - self._now()) > 0:
+            wakeup = self._loop.create_future()
+            handle = self._loop.call_later(left, _resolve, wakeup)
+            self._sleepers.add(wakeup)
+            try:
+                await wakeup
+            finally:
+                handle.cancel()
+                self._sleepers.discard(wakeup)
+
+    def _flush(self) -> None:
+        records, attempts = self._pending
+        self._pending = ([], [])
+        self._last_flush = time.perf_counter()
+        if self._writer is not None and (records or attempts):
+            self._writer.append(records, attempts)
+
+    def _close_writer(self) -> None:
+        if self._writer is None:
+            return
+        self._flush()
+        self._writer.close({"interrupted": self._interrupted})
+        self._writer = None
+
+    def _make_bar(self) -> Any:
+        if not self._progress:
+            return None
+        from tqdm.auto import tqdm
+
+        totals = [p.total() for p in self._plans]
+        total = None if None in totals else sum(t for t in totals if t is not None)
+        return tqdm(total=total, unit="req", dynamic_ncols=True, leave=True)
+
+    def _start_bar_level(self, plan: LevelPlan) -> None:
+        self._level_done = self._level_ok = 0
+        self._level_latencies = []
+        if self._bar is not None:
+            self._bar.set_description_str(_LEVEL_LABEL[plan.kind].format(plan.value))
+
+    def _postfix(self) -> str:
+        ok = self._level_ok / self._level_done if self._level_done else math.nan
+        lat = self._level_latencies
+        p95 = f"{np.percentile(lat, 95):.3g}s" if lat else "-"
+        return f"ok {ok:.0%} p95 {p95}"
+
+
+async def asweep(payload: Any = None, **options: Any) -> SweepResult:
+    """Run a sweep in the running event loop.
+
+    Parameters
+    ----------
+    payload : dict, str, list, callable or None
+        What to send, see :class:`Sweeper`.
+    **options
+        The options of :class:`Sweeper` (url, api, concurrency, rate, requests, save, ...).
+
+    Returns
+    -------
+    SweepResult
+        One row per request issued.
+
+    Raises
+    ------
+    ValueError
+        Naming the first invalid option.
+    asyncio.CancelledError
+        When cancelled, after in-flight requests are cancelled and the save file is flushed.
+    """
+    return await Sweeper(payload, **options).run()
+
+
+def sweep(payload: Any = None, **options: Any) -> SweepResult:
+    """Run a sweep from synchronous code (plain Python, IPython, or inside a running loop).
+
+    Ctrl-C stops new sends and gives the requests in flight a grace period to finish (a second
+    Ctrl-C cancels them at once); cancelled requests stay rows (``error_kind="cancelled"``).
+    The partial result is returned with ``meta["interrupted"] = True``.
+
+    Parameters
+    ----------
+    payload : dict, str, list, callable or None
+        What to send, see :class:`Sweeper`.
+    **options
+        The options of :class:`Sweeper` (url, api, concurrency, rate, requests, save, ...).
+
+    Returns
+    -------
+    SweepResult
+        One row per request issued.
+
+    Raises
+    ------
+    ValueError
+        Naming the first invalid option.
+    """
+    sweeper = Sweeper(payload, **options)
+    try:
+        result = _run_sync(sweeper)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        sweeper.stop()  # in case the sweep runs on in a helper thread
+        result = sweeper.result()
+        result.meta["interrupted"] = True
+    if result.meta.get("interrupted"):
+        print(
+            f"llmlat: interrupted; returning the {len(result.requests)} requests measured so far",
+            file=sys.stderr,
+        )
+    return result
+
+
+def _run_sync(sweeper: Sweeper) -> SweepResult:
+    """Run the sweep on a fresh loop (uvloop when installed), or via the running-loop helper."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return run_coroutine(sweeper.run())
+    try:
+        import uvloop
+    except ImportError:
+        factory = None
+    else:
+        factory = uvloop.new_event_loop
+    # Ctrl-C is ours to handle when Python's default handler is in place (not ignored, say)
+    ours = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(_run_with_grace(sweeper) if ours else sweeper.run())
+
+
+async def _run_with_grace(sweeper: Sweeper) -> SweepResult:
+    """Run the sweep; the first SIGINT stops it gracefully, a second or the grace's end cancels."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    grace: list[asyncio.TimerHandle] = []
+
+    def on_sigint() -> None:
+        if not grace:
+            sweeper.stop()
+            grace.append(loop.call_later(_GRACE_S, task.cancel))
+            print(
+                f"llmlat: stopping; waiting up to {_GRACE_S:g}s for the requests in flight "
+                "(Ctrl-C again to cancel them)",
+                file=sys.stderr,
+            )
+        else:
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        return await sweeper.run()
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        for handle in grace:
+            handle.cancel()
+
+
+async def _sample_lag(lags: list[float]) -> None:
+    """Append how late each periodic wake-up of the event loop is, until cancelled."""
+    clock = time.perf_counter
+    while True:
+        t = clock()
+        await asyncio.sleep(_LAG_INTERVAL_S)
+        lags.append(max(0.0, clock() - t - _LAG_INTERVAL_S))
+
+
+def _abandon(record: Record, now: float, error: str) -> None:
+    """Mark a request the client did not finish as cancelled at ``now``."""
+    record.ok = False
+    record.error_kind = "cancelled"
+    record.error = error
+    record.t_end = now
+    record.latency_s = now - record.t_scheduled
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _in_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _make_simulator(simulator_cls: type, spec: Any) -> Any:
+    if isinstance(spec, str):
+        return simulator_cls(preset=spec)
+    return simulator_cls(spec)  # None, a SimConfig or a dict of options
+
+
+def _payload_source(payload: Any, api: str, plans: list[LevelPlan]) -> Callable[[Record], dict]:
+    """Return ``f(record) -> payload dict``, validating what can be validated up front."""
+    if isinstance(payload, str):
+        text = payload.strip()
+        if text.startswith("{"):
+            try:
+                payload = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"payload: invalid JSON ({exc.msg})") from None
+    if payload is None:
+        payload = DEFAULT_PROMPT
+    if callable(payload):
+        func = payload
+        return lambda record: make_payload(func(record.request_id), api)
+    if isinstance(payload, list | tuple):
+        if not payload:
+            raise ValueError("payload: the list of payloads is empty")
+        items = [make_payload(p, api) for p in payload]
+        return lambda record: items[record.request_id % len(items)]
+    base = make_payload(payload, api)
+    schedule = plans[0].schedule if plans[0].kind == "trace" else None
+    if schedule is None or (schedule.prompt_tokens is None and schedule.completion_tokens is None):
+        return lambda record: base
+    return _trace_payloads(base, api, plans[0])
+
+
+def _trace_payloads(base: dict, api: str, plan: LevelPlan) -> Callable[[Record], dict]:
+    """Shape payloads by a trace's token counts.
+
+    The prompt becomes about that many words; ``max_tokens`` becomes the completion tokens
+    (the target's ``max_tokens``, when given, overrides it).
+    """
+    sched = plan.schedule
+    assert sched is not None
+
+    def payload_of(record: Record) -> dict:
+        i = record.request_id  # a trace is the sweep's only level: ids count its sends
+        body = dict(base)
+        if sched.prompt_tokens is not None:
+            words = " ".join(["token"] * max(1, int(sched.prompt_tokens[i])))
+            body.update(make_payload(words, api))
+        if sched.completion_tokens is not None:
+            body["max_tokens"] = max(1, int(sched.completion_tokens[i]))
+        return body
+
+    return payload_of
+
+
+def _payload_summary(payload: Any) -> str:
+    if payload is None:
+        return f"default prompt ({len(DEFAULT_PROMPT)} chars)"
+    if callable(payload):
+        return f"callable {getattr(payload, '__name__', type(payload).__name__)}"
+    if isinstance(payload, list | tuple):
+        return f"{len(payload)} payloads"
+    if isinstance(payload, str):
+        return f"prompt text ({len(payload)} chars)"
+    return f"payload dict with keys {sorted(payload)}"
+
+
+def _jsonable(obj: Any) -> Any:
+    """Make ``obj`` JSON-serialisable (numpy scalars and arrays, tuples, paths)."""
+    return json.loads(json.dumps(obj, default=_json_default))
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)

@@ -1,0 +1,148 @@
+"""``llmlat sweep`` as a user runs it: a real subprocess against the simulator on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+import llmlat
+from llmlat.sim import Simulator
+from llmlat.sweep_cli import warn_client_bound
+
+FAST = {"t0_s": 0.004, "t1_s": 0.0001, "output_tokens": 16, "output_dist": "fixed", "seed": 1}
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def llmlat_sweep(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llmlat", "sweep", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        **kwargs,
+    )
+
+
+def test_sweep_prints_the_summary_and_saves(tmp_path):
+    out = tmp_path / "run.parquet"
+    with Simulator(**FAST) as sim:
+        proc = llmlat_sweep(
+            "--url", sim.url, "--model", "llmlat-sim", "--concurrency", "1,4", "--requests", "8",
+            "--warmup", "1", "--prompt", "hello there", "--save", str(out), "--no-progress",
+            "--seed", "2",
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].split()[:2] == ["level", "n"]
+    assert [line.split()[:2] for line in lines[1:]] == [["1", "8"], ["4", "8"]]
+    result = llmlat.read(out)
+    assert len(result.requests) == 2 * 9 and result.requests["ok"].all()
+    assert result.meta["seed"] == 2 and result.meta["interrupted"] is False
+    assert "saved 18 requests" in proc.stderr
+
+
+def test_sweep_without_url_runs_the_builtin_simulator(tmp_path):
+    proc = llmlat_sweep(
+        "--preset", "article", "--rate", "4", "--requests", "4", "--arrival", "constant",
+        "--no-progress",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "simulator" in proc.stderr
+    assert proc.stdout.strip().splitlines()[1].split()[:2] == ["4", "4"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--concurrency", "1,x"], "--concurrency"),
+        (["--concurrency", "1", "--rate", "2"], "not allowed with"),
+        ([], "one of the arguments"),
+        (["--rate", "-1"], "rate:"),
+        (["--concurrency", "2", "--payload", "/nonexistent/p.json"], "payload:"),
+        (["--concurrency", "2", "--url", "http://127.0.0.1:9", "--preset", "article"], "--preset"),
+        (["--concurrency", "2", "--api-key-env", "LLMLAT_TEST_UNSET_VAR"], "api_key_env"),
+        (["--trace", "/nonexistent/trace.csv"], "trace:"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(args, needle):
+    env = {k: v for k, v in os.environ.items() if k != "LLMLAT_TEST_UNSET_VAR"}
+    proc = llmlat_sweep(*args, env=env)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "error" in last and needle in last
+    assert "Traceback" not in proc.stderr
+
+
+def interrupt_sweep(tmp_path, sim_options: dict, presses: int, ready) -> tuple:
+    """Start ``llmlat sweep`` on a simulator, wait for ``ready(sim, out)``, press Ctrl-C."""
+    out = tmp_path / "partial.parquet"
+    with Simulator(**{**FAST, **sim_options}) as sim, open(tmp_path / "err", "w+") as err_file:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "llmlat", "sweep", "--url", sim.url, "--model", "llmlat-sim",
+                "--concurrency", "4", "--requests", "100000", "--save", str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err_file,  # a file: an unread pipe would fill up with the progress bar
+            text=True,
+            # a shell may start background jobs with SIGINT ignored; the child inherits that
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not ready(sim, out):
+                if time.monotonic() > deadline:
+                    pytest.fail("the sweep never got going")
+                time.sleep(0.1)
+            for _ in range(presses):
+                proc.send_signal(signal.SIGINT)
+                time.sleep(0.3)
+            stdout, _ = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+        err_file.seek(0)
+        stderr = err_file.read()
+    assert proc.returncode == 130, stderr
+    assert stdout.strip().splitlines()[1].split()[0] == "4"  # the summary of level 4
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert "Task was destroyed" not in stderr
+    result = llmlat.read(out)
+    assert result.meta["interrupted"] is True
+    return result, stderr
+
+
+def test_ctrl_c_lets_requests_in_flight_finish_then_exits_130(tmp_path):
+    def ten_rows_saved(sim, out):
+        journal = out.with_name(out.name + ".journal")
+        return journal.exists() and len(llmlat.read(out).requests) >= 10
+
+    result, stderr = interrupt_sweep(tmp_path, {"t0_s": 0.01}, 1, ten_rows_saved)
+    assert 10 <= len(result.requests) < 100000
+    assert result.requests["ok"].all()  # the grace period let the 4 in flight finish
+    assert "waiting up to" in stderr
+
+
+def test_second_ctrl_c_cancels_requests_in_flight(tmp_path):
+    def four_in_flight(sim, out):
+        return len(sim.truth()) >= 4
+
+    result, _ = interrupt_sweep(tmp_path, {"p_stall": 1.0, "stall_s": 60.0}, 2, four_in_flight)
+    req = result.requests
+    assert len(req) == 4
+    assert (req["error_kind"] == "cancelled").all() and req["t_end"].notna().all()
+
+
+def test_client_bound_levels_get_a_warning(capsys):
+    summary = pd.DataFrame(
+        {"level": [1.0, 10.0, 100.0], "client_bound": pd.array([False, pd.NA, True], "boolean")}
+    )
+    warn_client_bound(summary)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: at level 100 ")

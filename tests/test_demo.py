@@ -1,0 +1,96 @@
+"""`llmlat demo` and `llmlat report`, run as a user would: real processes, real simulator."""
+
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import llmlat
+
+
+class _Images(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images: list[str] = []
+        self.headings: list[str] = []
+        self._in_h2 = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        self._in_h2 = tag == "h2"
+
+    def handle_data(self, data):
+        if self._in_h2:
+            self.headings.append(data.strip())
+            self._in_h2 = False
+
+
+def _llmlat(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "llmlat", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "report"
+    proc = _llmlat("demo", "--quick", "--no-progress", "--out", str(out), cwd=out.parent)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc.stdout
+
+
+def _check_page(page: Path, *, with_fit: bool) -> _Images:
+    parser = _Images()
+    parser.feed(page.read_text(encoding="utf-8"))
+    assert "Summary per level" in parser.headings
+    assert ("Fitted model" in parser.headings) is with_fit
+    assert len(parser.images) >= 4
+    for src in parser.images:
+        image = page.parent / src
+        assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", src
+    return parser
+
+
+def test_demo_prints_summary_fit_plan_and_report_path(demo):
+    out, stdout = demo
+    assert re.search(r"^report: (.+index\.html)$", stdout, re.M).group(1) == str(
+        (out / "index.html").resolve()
+    )
+    for text in ("latency_p95_s", "queueing fit", "95% confidence intervals", "Plan for p95"):
+        assert text in stdout
+
+
+def test_demo_report_holds_figures_and_the_dataset(demo):
+    out, _ = demo
+    parser = _check_page(out / "index.html", with_fit=True)
+    assert "Capacity plan" in parser.headings
+    assert any("utilization" in src for src in parser.images)
+    result = llmlat.read(out / "sweep.parquet")
+    assert len(result.requests) == result.levels["issued"].sum()
+    assert result.meta["simulator"] is not None
+
+
+def test_report_command_rebuilds_the_report_from_a_saved_dataset(demo, tmp_path):
+    out, _ = demo
+    proc = _llmlat(
+        "report", str(out / "sweep.parquet"), "--out", "again", "--p95", "5", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("index.html")
+    parser = _check_page(tmp_path / "again" / "index.html", with_fit=True)
+    assert "Capacity plan" in parser.headings
+
+
+def test_report_on_a_missing_dataset_is_a_one_line_error(tmp_path):
+    proc = _llmlat("report", "nope.parquet", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "nope.parquet" in proc.stderr

@@ -1,0 +1,301 @@
+"""Fitting queueing models: recovery on exact synthetic queues, public data, API, bad data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import llmlat
+from llmlat import datasets
+from llmlat._synth import batch_closed_requests, mmc_closed_requests, mmc_open_requests
+from llmlat.fitting import FitResult, Plan, compare, fit
+
+
+def _levels_table(req: pd.DataFrame) -> pd.DataFrame:
+    """A per-level table as a user would build one from their own benchmark."""
+    g = req.groupby("level")["latency_s"]
+    span = req.groupby("level")["t_end"].max() - req.groupby("level")["t_sent"].min()
+    return pd.DataFrame(
+        {
+            "level": g.mean().index,
+            "level_kind": req["level_kind"].iloc[0],
+            "n": g.size().to_numpy(),
+            "latency_mean_s": g.mean().to_numpy(),
+            "latency_std_s": g.std().to_numpy(),
+            "latency_p50_s": g.median().to_numpy(),
+            "throughput_rps": (g.size() / span).to_numpy(),
+        }
+    )
+
+
+# -- recovery on exact M/M/c data ----------------------------------------------------------------
+
+CLOSED_CASES = [
+    # c, mu, levels, seed: levels straddle c so both the flat and the queueing regime are seen
+    (1, 5.0, [1, 2, 4], 11),
+    (4, 2.0, [1, 2, 4, 8, 16], 12),
+    (16, 1.0, [4, 8, 16, 32, 64], 13),
+]
+
+
+@pytest.fixture(scope="module", params=CLOSED_CASES, ids=lambda c: f"c={c[0]}")
+def closed_case(request):
+    c, mu, levels, seed = request.param
+    return c, mu, mmc_closed_requests(levels, mu=mu, c=c, n=1500, seed=seed)
+
+
+def test_closed_loop_recovers_c_exactly_and_mu(closed_case):
+    c, mu, req = closed_case
+    res = fit(req, model="mmc")
+    assert res.kind == "concurrency" and res.method == "ml"
+    assert res.params["c"] == c
+    assert res.params["mu"] == pytest.approx(mu, rel=0.05)
+    lo, hi = res.conf_int().loc["mu"]
+    assert lo < res.params["mu"] < hi
+    assert res.capacity_rps == pytest.approx(res.params["c"] * res.params["mu"])
+    # measured throughput over fitted capacity: saturated levels sit near 1
+    top = res.utilization.iloc[-1]
+    assert top == pytest.approx(1.0, abs=0.06)
+
+
+def test_closed_loop_per_level_table_gives_the_same_c(closed_case):
+    c, mu, req = closed_case
+    table = _levels_table(req)
+    if len(table) <= 3:
+        with pytest.raises(ValueError, match="levels cannot identify"):
+            fit(table, model="mmc")
+        return
+    res = fit(table, model="mmc")
+    assert res.method == "wls"
+    assert res.params["c"] == c
+    assert res.params["mu"] == pytest.approx(mu, rel=0.05)
+
+
+@pytest.mark.parametrize(("c", "mu", "seed"), [(1, 4.0, 21), (4, 2.0, 22), (16, 0.5, 23)])
+def test_open_loop_recovers_c_exactly_and_mu(c, mu, seed):
+    rates = [f * c * mu for f in (0.3, 0.6, 0.8, 0.9)]
+    req = mmc_open_requests(rates, mu=mu, c=c, n=2500, seed=seed)
+    res = fit(req, model="mmc")
+    assert res.kind == "rate"
+    assert res.params["c"] == c
+    assert res.params["mu"] == pytest.approx(mu, rel=0.05)
+    assert res.levels["utilization"].to_numpy() == pytest.approx([0.3, 0.6, 0.8, 0.9], rel=0.08)
+
+
+def test_closed_loop_with_think_time():
+    req = mmc_closed_requests([2, 4, 8, 16, 32], mu=1.0, c=4, n=1500, think_s=3.0, seed=5)
+    res = fit(req, model="mmc")  # think time measured from the workers' gaps
+    assert res.fixed["think_s"] == pytest.approx(3.0, rel=0.05)
+    assert res.params["c"] == 4
+    assert res.params["mu"] == pytest.approx(1.0, rel=0.05)
+    free = fit(req, model="closed")  # think time estimated as a parameter instead
+    assert free.params["c"] == 4
+    assert free.params["think_s"] == pytest.approx(3.0, rel=0.15)
+    # Little's law over the whole loop: N = X (W + Z), in the data and in the model
+    lv = res.levels
+    n = lv.index.to_numpy()
+    w = req.groupby("level")["latency_s"].mean().to_numpy()
+    assert lv["throughput_rps"].to_numpy() * (w + 3.0) == pytest.approx(n, rel=0.05)
+    pred = res.predict(n)
+    loop = pred["throughput_rps"] * (pred["latency_mean_s"] + res.fixed["think_s"])
+    assert loop.to_numpy() == pytest.approx(n, rel=1e-9)
+
+
+# -- continuous batching -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def batch_data():
+    return batch_closed_requests(
+        [2, 4, 8, 12, 16, 20, 24, 32, 48], slots=16, t0_s=0.01, t1_s=0.002, tokens=20, n=800, seed=1
+    )
+
+
+def test_batch_recovers_slot_cap_and_beats_mmc(batch_data):
+    res = fit(batch_data, model="batch")
+    assert res.params["slots"] == pytest.approx(16, rel=0.10)
+    assert res.fixed["tokens"] == pytest.approx(20, rel=0.02)  # from completion_tokens
+    assert res.params["t0_s"] == pytest.approx(0.01, rel=0.10)
+    assert res.params["t1_s"] == pytest.approx(0.002, rel=0.10)
+    table = compare(batch_data, models=["mmc", "batch", "mm1"])
+    assert table.index[0] == "batch"
+    assert table.loc["batch", "aic"] < table.loc["mmc", "aic"] - 10
+    assert table["weight"].sum() == pytest.approx(1.0)
+    assert fit(batch_data).model == "batch"  # auto picks it too
+
+
+def test_batch_bootstrap_interval_is_seeded(batch_data):
+    res = fit(batch_data, model="batch", gamma=1.0)
+    a = res.conf_int(method="bootstrap", n_boot=20, seed=3)
+    b = res.conf_int(method="bootstrap", n_boot=20, seed=3)
+    pd.testing.assert_frame_equal(a, b)
+    assert a.loc["slots", "lower"] <= res.params["slots"] <= a.loc["slots", "upper"]
+    assert (a["lower"] <= a["upper"]).all()
+
+
+# -- public closed-loop data ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", datasets.list())
+def test_public_closed_loop_data_reproduced_within_15_percent(name):
+    table = datasets.load(name)
+    assert "Apache-2.0" in table.attrs["source"]
+    n = table["level"].to_numpy()
+    # the data obey Little's law for a closed loop with no think time: N = X W
+    assert (table["throughput_rps"] * table["latency_mean_s"]).to_numpy() == pytest.approx(
+        n, rel=0.03
+    )
+    res = fit(table)
+    assert res.model == "batch"
+    pred = res.predict(n)
+    assert pred["throughput_rps"].to_numpy() == pytest.approx(table["throughput_rps"], rel=0.15)
+    assert pred["latency_mean_s"].to_numpy() == pytest.approx(table["latency_mean_s"], rel=0.15)
+    # and the model obeys it exactly
+    assert (pred["throughput_rps"] * pred["latency_mean_s"]).to_numpy() == pytest.approx(n)
+    ranking = compare(table)
+    assert ranking.index[0] == "batch"
+    assert ranking.loc["mmc", "max_abs_resid_rel"] > 0.15  # a fixed-mu M/M/c cannot
+    # no hard knee in these sweeps: where the slot cap is not pinned down, the fit says so
+    unbounded = np.isinf(res.conf_int().loc["slots", "upper"])
+    assert unbounded == any("slot cap not identified" in note for note in res.notes)
+
+
+# -- the FitResult API ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mmc_fit():
+    req = mmc_closed_requests([1, 2, 4, 8, 16], mu=2.0, c=4, n=1000, seed=7)
+    return fit(req, model="mmc")
+
+
+def test_fit_result_api(mmc_fit):
+    res = mmc_fit
+    assert isinstance(res, FitResult)
+    assert list(res.params.index) == ["c", "mu"]
+    assert np.isnan(res.bse["c"]) and res.bse["mu"] > 0
+    assert res.aic == pytest.approx(-2 * res.llf + 2 * res.df_model)
+    assert res.bic > res.aic
+    assert res.resid.index.tolist() == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert set(res.levels.columns) >= {"mean_s", "mean_pred_s", "utilization", "resid_rel"}
+    text = str(res.summary())
+    assert "mmc" in text and "mu" in text and "maximum likelihood" in text
+    assert "<table" in res._repr_html_()
+    assert "FitResult mmc" in repr(res)
+
+
+def test_predict_and_curve(mmc_fit):
+    pred = mmc_fit.predict([1, 4, 8, 32])
+    cols = ["latency_mean_s", "latency_p50_s", "latency_p95_s", "latency_p99_s"]
+    assert list(pred.columns) == ["load", "throughput_rps", "utilization", *cols]
+    assert (pred["latency_p50_s"] < pred["latency_p95_s"]).all()
+    assert (pred["latency_p95_s"] < pred["latency_p99_s"]).all()
+    assert pred["utilization"].iloc[-1] == pytest.approx(1.0)
+    open_pred = mmc_fit.predict([1.0, 7.0, 9.0], kind="rate")
+    assert np.isinf(open_pred["latency_mean_s"].iloc[-1])  # past capacity c mu ~ 8
+    curve = mmc_fit.curve()
+    assert curve["load"].is_monotonic_increasing
+    assert {1.0, 16.0} <= set(curve["load"])
+    assert curve["latency_mean_s"].is_monotonic_increasing
+    with pytest.raises(ValueError, match="load"):
+        mmc_fit.predict([0.5])
+
+
+def test_plan(mmc_fit):
+    p = mmc_fit.plan(p95=3.0)
+    assert isinstance(p, Plan)
+    at = mmc_fit.predict([p.max_concurrency, p.max_concurrency + 1])["latency_p95_s"]
+    assert at.iloc[0] <= 3.0 < at.iloc[1]
+    rate = mmc_fit.predict([p.max_rate_rps, p.max_rate_rps * 1.01], kind="rate")
+    assert rate["latency_p95_s"].iloc[0] == pytest.approx(3.0, rel=1e-3)
+    assert p.utilization_at_max_rate == pytest.approx(p.max_rate_rps / mmc_fit.capacity_rps)
+    assert p.binding == "latency target"
+    limited = mmc_fit.plan(p95=3.0, rpm=120, max_utilization=0.7)
+    assert limited.limit_rate_rps == pytest.approx(2.0)
+    assert limited.rate_rps == pytest.approx(2.0) and limited.binding == "rate limit"
+    assert limited.concurrency <= limited.limit_concurrency
+    cap = mmc_fit.plan(max_utilization=0.7)
+    assert cap.rate_rps == pytest.approx(0.7 * mmc_fit.capacity_rps)
+    with pytest.raises(ValueError, match="tokens_per_request"):
+        mmc_fit.plan(p95=3.0, tpm=10_000)
+    with pytest.raises(ValueError, match="target"):
+        mmc_fit.plan(p95=3.0, mean=1.0)
+
+
+def test_fit_on_ttft_and_quantile_stat(batch_data):
+    ttft = batch_data.assign(ttft_s=batch_data["latency_s"] / 20)
+    res = fit(ttft, model="mmc", metric="ttft", stat="p95", method="wls")
+    assert res.metric == "ttft" and res.stat == "p95"
+    assert "p95_pred_s" in res.levels
+
+
+# -- bad data ------------------------------------------------------------------------------------
+
+
+def test_one_level_only():
+    req = mmc_closed_requests([4], mu=1.0, c=2, n=200, seed=1)
+    with pytest.raises(ValueError, match="only one load level"):
+        fit(req, model="mmc")
+
+
+def test_every_request_failed():
+    req = mmc_closed_requests([1, 2, 4], mu=1.0, c=2, n=100, seed=1)
+    req["ok"] = False
+    req["error_kind"] = "rate_limited"
+    with pytest.raises(ValueError, match=r"every request failed.*rate_limited"):
+        fit(req)
+
+
+def test_no_saturation_says_what_to_measure():
+    req = mmc_closed_requests([1, 2, 4, 8], mu=1.0, c=64, n=500, seed=2)
+    with pytest.raises(ValueError, match=r"no saturation reached.*higher concurrency"):
+        fit(req, model="mmc")
+
+
+def test_bad_arguments_name_the_field():
+    req = mmc_closed_requests([1, 2, 4], mu=1.0, c=2, n=100, seed=1)
+    with pytest.raises(ValueError, match="model:"):
+        fit(req, model="mmk")
+    with pytest.raises(ValueError, match="metric:"):
+        fit(req, metric="tpot")
+    with pytest.raises(ValueError, match="stat:"):
+        fit(req, stat="p42")
+    with pytest.raises(ValueError, match="level_kind"):
+        fit(req.drop(columns="level_kind"))
+    with pytest.raises(ValueError, match="model: 'mgc' does not apply"):
+        fit(req, model="mgc")
+    with pytest.raises(ValueError, match="data:"):
+        fit(pd.DataFrame({"level": [1.0], "foo": [2.0]}))
+    with pytest.raises(ValueError, match="method: maximum likelihood"):
+        fit(_levels_table(req), model="mmc", method="ml")
+
+
+def test_warmup_rows_and_failures_are_left_out():
+    req = mmc_closed_requests([1, 2, 4, 8], mu=2.0, c=2, n=800, seed=4)
+    noisy = req.copy()
+    noisy.loc[noisy.index[:50], "phase"] = "warmup"
+    noisy.loc[noisy.index[:50], "latency_s"] = 1e3  # would wreck the fit if used
+    noisy.loc[noisy.index[60:70], "ok"] = False
+    res = fit(noisy, model="mmc")
+    assert res.params["c"] == 2
+    assert res.levels.loc[1.0, "n"] == 800 - 60
+
+
+def test_public_api_and_datasets():
+    assert llmlat.fit is fit and llmlat.compare is compare
+    assert "inferencex-closedloop/gpt-oss-120b" in datasets.list()
+    with pytest.raises(ValueError, match="name: unknown dataset"):
+        datasets.load("nope")
+
+
+def test_fit_result_plot_draws_over_its_data(mmc_fit, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = mmc_fit.plot("latency")
+    path = tmp_path / "fit.png"
+    fig.savefig(path)
+    assert path.stat().st_size > 0
+    with pytest.raises(ValueError, match="kind:"):
+        mmc_fit.plot("pie")

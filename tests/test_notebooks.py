@@ -1,0 +1,159 @@
+"""Real kernels: every notebook in notebooks/ runs top to bottom, and the stop button works.
+
+The kernel is this interpreter's ipykernel, through a kernelspec written to a temporary
+directory (so the test never depends on what kernels the machine has registered).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from ipykernel.kernelspec import write_kernel_spec
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+
+pytestmark = pytest.mark.magics
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+KERNEL = "llmlat-test"
+
+
+@pytest.fixture(scope="module")
+def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecManager:
+    root = tmp_path_factory.mktemp("kernels")
+    write_kernel_spec(root / KERNEL)  # argv runs sys.executable -m ipykernel_launcher
+    return KernelSpecManager(kernel_dirs=[str(root)])
+
+
+@pytest.fixture
+def kernel(kernel_specs: KernelSpecManager, tmp_path: Path) -> Iterator[Any]:
+    km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
+    km.start_kernel(cwd=str(tmp_path))
+    client = km.client()
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    yield km, client
+    client.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+def test_the_quickstart_exists() -> None:
+    assert "01-quickstart.ipynb" in [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_clean(path: Path, kernel_specs: KernelSpecManager) -> None:
+    nb = nbformat.read(path, as_version=4)
+    km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
+    runner = NotebookClient(
+        nb,
+        km=km,
+        timeout=300,
+        allow_errors=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    runner.execute(cleanup_kc=True)  # raises CellExecutionError on the first failing cell;
+    # cleanup_kc: shut the kernel down although we, not nbclient, made its manager
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.get("output_type") != "error"
+            text = out.get("text", "")
+            assert "Traceback" not in text and "was destroyed but it is pending" not in text
+
+
+def _run(client: Any, code: str, timeout: float = 120) -> tuple[dict, list[dict]]:
+    """Execute ``code``; return the reply and the iopub messages it produced."""
+    msg_id = client.execute(code)
+    reply = client.get_shell_msg(timeout=timeout)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = client.get_shell_msg(timeout=timeout)
+    return reply, _drain(client, msg_id, timeout)
+
+
+def _drain(client: Any, msg_id: str, timeout: float) -> list[dict]:
+    messages = []
+    while True:
+        msg = client.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        messages.append(msg)
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return messages
+
+
+def _stream(messages: list[dict], name: str) -> str:
+    return "".join(
+        m["content"]["text"]
+        for m in messages
+        if m["msg_type"] == "stream" and m["content"]["name"] == name
+    )
+
+
+def _received(url: str) -> int:
+    with urllib.request.urlopen(f"{url}/llmlat/truth", timeout=10) as response:
+        return len(json.load(response))
+
+
+def test_kernel_interrupt_keeps_and_saves_the_partial_result(kernel: Any, tmp_path: Path) -> None:
+    km, client = kernel
+    reply, _ = _run(
+        client,
+        "%load_ext llmlat\n"
+        "%llmsim start --preset article --t0-s 0.02 --t1-s 0.001 --output-tokens 8\n"
+        "url = get_ipython().magics_manager.registry['LLMMagics'].simulator.url",
+    )
+    assert reply["content"]["status"] == "ok"
+    reply, messages = _run(client, "print(url)")
+    url = _stream(messages, "stdout").strip()
+    assert url.startswith("http://127.0.0.1:")
+    save = tmp_path / "partial.parquet"
+    msg_id = client.execute(f"%%llmsweep -c 4 -n 200 -o res --save {save} --no-progress\nhi")
+    while _received(url) < 12:  # mid-sweep: some finished, more to come
+        time.sleep(0.05)
+    km.interrupt_kernel()  # what the stop button does
+    reply = client.get_shell_msg(timeout=120)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["content"]["status"] == "ok"  # handled, not a KeyboardInterrupt traceback
+    err = _stream(_drain(client, msg_id, 60), "stderr")
+    assert "interrupted:" in err and f"saved to {save}" in err and "Traceback" not in err
+    reply, messages = _run(
+        client,
+        "import llmlat\n"
+        f"saved = llmlat.read({str(save)!r})\n"
+        "print(len(res.requests), len(saved.requests), res.meta['interrupted'],"
+        " res.requests['ok'].sum())",
+    )
+    rows, saved_rows, interrupted, ok = _stream(messages, "stdout").split()
+    assert int(rows) == int(saved_rows) and interrupted == "True"
+    assert 8 <= int(ok) < 200
+    assert f"llmlat: interrupted: {rows} requests finished" in err
+    # the kernel still works, the loop too: a top-level await and another sweep
+    reply, messages = _run(
+        client,
+        "import asyncio\nawait asyncio.sleep(0.01)\n"
+        "s = %llmsweep -c 2 -n 4 --no-progress\nprint(list(s['n']))",
+    )
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert _stream(messages, "stdout").strip() == "[4]"
+
+
+def test_top_level_await_needs_no_patching(kernel: Any) -> None:
+    _, client = kernel
+    reply, messages = _run(
+        client,
+        "import asyncio, llmlat\n"
+        "async with llmlat.Simulator(preset='instant') as sim:\n"
+        "    r = await llmlat.asweep('hi', url=sim.url, model=sim.config.model,"
+        " concurrency=[2], requests=4, progress=False)\n"
+        "print(len(r.requests), r.requests['ok'].all(), hasattr(asyncio, '_nest_patched'))",
+    )
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert _stream(messages, "stdout").split() == ["4", "True", "False"]

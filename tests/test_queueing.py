@@ -1,0 +1,278 @@
+"""Closed-form queueing models: textbook values, identities, ciw simulation, properties."""
+
+from __future__ import annotations
+
+import ciw
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import integrate
+from scipy import stats as sps
+
+from llmlat import queueing as q
+
+# -- Erlang B / C -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("c", "a", "b", "cc"),
+    [
+        (1, 0.5, 1 / 3, 0.5),  # M/M/1: C = rho
+        (2, 1.0, 0.2, 1 / 3),
+        (10, 8.0, 0.12166, 0.40918),  # traffic tables
+        (5, 3.0, 0.11005, 0.23615),
+    ],
+)
+def test_erlang_textbook_values(c, a, b, cc):
+    assert q.erlang_b(c, a) == pytest.approx(b, abs=5e-5)
+    assert q.erlang_c(c, a) == pytest.approx(cc, abs=5e-5)
+
+
+@pytest.mark.parametrize(("c", "a"), [(100, 90.0), (1000, 950.0), (10_000, 9_900.0), (10_000, 5e3)])
+def test_erlang_b_large_c_matches_poisson_identity(c, a):
+    # B(c, a) = P(X = c) / P(X <= c) for X ~ Poisson(a), computed in log space by scipy
+    ref = np.exp(sps.poisson.logpmf(c, a) - sps.poisson.logcdf(c, a))
+    assert q.erlang_b(c, a) == pytest.approx(ref, rel=1e-9)
+
+
+def test_erlang_vectorised_over_c_and_a():
+    a = np.array([0.5, 2.0, 7.5])
+    c = np.array([1, 3, 10])
+    got = q.erlang_c(c, a)
+    assert got == pytest.approx([float(q.erlang_c(ci, ai)) for ci, ai in zip(c, a, strict=True)])
+    assert q.erlang_c(4, [4.0, 5.0]).tolist() == [1.0, 1.0]  # saturated: every arrival waits
+
+
+def test_erlang_rejects_bad_input():
+    with pytest.raises(ValueError, match="c:"):
+        q.erlang_b(2.5, 1.0)
+    with pytest.raises(ValueError, match="a:"):
+        q.erlang_c(2, -1.0)
+
+
+# -- M/M/1, M/M/c ------------------------------------------------------------------------------
+
+
+def test_mm1_closed_forms():
+    lam, mu = np.array([0.2, 0.5, 0.9]), 1.0
+    m = q.mm1(lam, mu)
+    rho = lam / mu
+    assert m["response_mean_s"].to_numpy() == pytest.approx(1 / (mu - lam))
+    assert m["queue_mean"].to_numpy() == pytest.approx(rho**2 / (1 - rho))
+    assert m["p_wait"].to_numpy() == pytest.approx(rho)
+    mc = q.mmc(lam, mu, 1)
+    assert mc["response_mean_s"].to_numpy() == pytest.approx(m["response_mean_s"].to_numpy())
+    # the response time of M/M/1 is exponential with rate mu - lam
+    probs = np.array([0.5, 0.95, 0.99])
+    assert q.mmc_response_quantile(probs, 0.5, mu, 1) == pytest.approx(-np.log(1 - probs) / 0.5)
+    assert np.isinf(q.mm1([1.0, 2.0], mu)["response_mean_s"]).all()
+
+
+def test_mmc_textbook_and_little():
+    m = q.mmc(1.5, 1.0, 2).iloc[0]  # rho = 0.75: C = 0.642857, Wq = C / (c mu - lam)
+    assert m["p_wait"] == pytest.approx(9 / 14)
+    assert m["wait_mean_s"] == pytest.approx((9 / 14) / 0.5)
+    assert m["in_system_mean"] == pytest.approx(1.5 * m["response_mean_s"])
+    assert q.littles_law(throughput=1.5, response_s=m["response_mean_s"]) == pytest.approx(
+        m["in_system_mean"]
+    )
+
+
+@pytest.mark.parametrize(("lam", "mu", "c"), [(3.0, 1.0, 4), (0.9, 1.0, 1), (7.9, 0.5, 16)])
+def test_mmc_pdf_integrates_to_cdf_and_mean(lam, mu, c):
+    cdf = q.mmc_response_cdf
+    for t in (0.3, 1.0, 4.0):
+        area, _ = integrate.quad(lambda x: q.mmc_response_pdf(x, lam, mu, c), 0, t)
+        assert area == pytest.approx(float(cdf(t, lam, mu, c)), abs=1e-8)
+    mean, _ = integrate.quad(lambda x: 1 - cdf(x, lam, mu, c), 0, np.inf, limit=200)
+    assert mean == pytest.approx(q.mmc(lam, mu, c)["response_mean_s"].iloc[0], rel=1e-6)
+    probs = np.array([0.5, 0.95, 0.99])
+    assert cdf(q.mmc_response_quantile(probs, lam, mu, c), lam, mu, c) == pytest.approx(probs)
+
+
+def test_mmc_cdf_when_wait_rate_equals_service_rate():
+    # theta = c mu - lam = mu: the hypoexponential degenerates to Erlang(2, mu)
+    lam, mu, c = 1.0, 1.0, 2
+    t = np.array([0.5, 2.0])
+    erlang2 = sps.gamma.cdf(t, 2, scale=1 / mu)
+    pw = q.erlang_c(c, lam / mu)
+    ref = (1 - pw) * (1 - np.exp(-mu * t)) + pw * erlang2
+    assert q.mmc_response_cdf(t, lam, mu, c) == pytest.approx(ref, rel=1e-12)
+
+
+def test_allen_cunneen_limits():
+    lam, mu = np.array([0.3, 0.7]), 1.0
+    exact = q.mmc(lam, mu, 3)["wait_mean_s"].to_numpy()
+    assert q.mgc_allen_cunneen(lam, mu, 3, cv_s=1.0)["wait_mean_s"].to_numpy() == pytest.approx(
+        exact
+    )
+    rho, cv = lam / mu, 0.5  # M/G/1: Pollaczek-Khinchine
+    pk = rho * (1 + cv**2) / (2 * mu * (1 - rho))
+    assert q.mgc_allen_cunneen(lam, mu, 1, cv_s=cv)["wait_mean_s"].to_numpy() == pytest.approx(pk)
+
+
+def test_mmck_blocking():
+    # K = c is the Erlang loss system
+    assert q.mmck(8.0, 1.0, 10, 10)["p_block"].iloc[0] == pytest.approx(q.erlang_b(10, 8.0))
+    # M/M/1/K closed form
+    rho, k = 0.8, 5
+    ref = (1 - rho) * rho**k / (1 - rho ** (k + 1))
+    assert q.mmck(0.8, 1.0, 1, k)["p_block"].iloc[0] == pytest.approx(ref)
+    # overloaded but finite: admitted throughput never exceeds capacity
+    out = q.mmck([10.0, 100.0], 1.0, 4, 50)
+    assert (out["throughput_rps"] <= 4.0 + 1e-9).all()
+    assert out["p_block"].is_monotonic_increasing
+
+
+# -- closed system -------------------------------------------------------------------------------
+
+
+def test_closed_no_think_time_is_exact():
+    out = q.closed_mmc([1, 2, 4, 8, 100], mu=2.0, c=4)
+    assert out["throughput_rps"].tolist() == pytest.approx([2, 4, 8, 8, 8])
+    assert out["response_mean_s"].tolist() == pytest.approx([0.5, 0.5, 0.5, 1.0, 12.5])
+
+
+def test_closed_single_server_machine_repair():
+    # finite-source M/M/1 (machine repairman): p0 = 1 / sum_n N!/(N-n)! (1/(mu Z))^n
+    n_cl, mu, z = 5, 1.0, 3.0
+    r = 1 / (mu * z)
+    terms = [np.prod(np.arange(n_cl - n + 1, n_cl + 1)) * r**n for n in range(n_cl + 1)]
+    p0 = 1 / sum(terms)
+    x = mu * (1 - p0)
+    out = q.closed_mmc(n_cl, mu, 1, z).iloc[0]
+    assert out["throughput_rps"] == pytest.approx(x)
+    assert out["response_mean_s"] == pytest.approx(n_cl / x - z)
+
+
+def test_closed_arrival_theorem_cdf_matches_mean():
+    n_cl, mu, c, z = 12, 1.5, 3, 2.0
+    mean, _ = integrate.quad(
+        lambda t: 1 - q.closed_mmc_response_cdf(t, n_cl, mu, c, z), 0, np.inf, limit=200
+    )
+    assert mean == pytest.approx(q.closed_mmc(n_cl, mu, c, z)["response_mean_s"].iloc[0], rel=1e-6)
+
+
+def test_batch_models():
+    # no cap reached, no think time: every request is in the batch, latency L (t0 + t1 N)
+    out = q.batch_closed([1, 4, 8], slots=16, t0_s=0.01, t1_s=0.002, tokens=50)
+    assert out["response_mean_s"].tolist() == pytest.approx(
+        [50 * (0.01 + 0.002 * n) for n in (1, 4, 8)]
+    )
+    # beyond the cap the throughput is flat at B / (L (t0 + t1 B))
+    cap = 16 / (50 * (0.01 + 0.002 * 16))
+    sat = q.batch_closed([32, 64], 16, 0.01, 0.002, 50)
+    assert sat["throughput_rps"].tolist() == pytest.approx([cap, cap])
+    # the open form with B = 1 and t1 = 0 is M/M/1 with mu = 1 / (L t0)
+    lam = np.array([1.0, 1.5])
+    got = q.batch_open(lam, 1, 0.01, 0.0, 50)["response_mean_s"].to_numpy()
+    assert got == pytest.approx(q.mm1(lam, 2.0)["response_mean_s"].to_numpy())
+    assert np.isinf(q.batch_open([cap * 1.01], 16, 0.01, 0.002, 50)["response_mean_s"]).all()
+
+
+def test_littles_law_needs_two_of_three():
+    assert q.littles_law(in_system=8.0, throughput=4.0) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="exactly two"):
+        q.littles_law(in_system=1.0)
+
+
+# -- discrete-event validation (ciw) ------------------------------------------------------------
+
+
+def _ciw_responses(network, node: int, until: float, warmup: float, seed: int):
+    ciw.seed(seed)
+    sim = ciw.Simulation(network)
+    sim.simulate_until_max_time(until)
+    recs = [r for r in sim.get_all_records() if r.node == node and r.arrival_date > warmup]
+    resp = np.array([r.exit_date - r.arrival_date for r in recs])
+    span = max(r.exit_date for r in recs) - min(r.arrival_date for r in recs)
+    return resp, len(recs) / span
+
+
+def test_mmc_against_ciw():
+    lam, mu, c = 2.4, 1.0, 4
+    net = ciw.create_network(
+        arrival_distributions=[ciw.dists.Exponential(rate=lam)],
+        service_distributions=[ciw.dists.Exponential(rate=mu)],
+        number_of_servers=[c],
+    )
+    resp, _ = _ciw_responses(net, 1, until=12_000, warmup=200, seed=3)
+    model = q.mmc(lam, mu, c).iloc[0]
+    # ~28k correlated samples at rho = 0.6: a few percent of sampling error
+    assert resp.mean() == pytest.approx(model["response_mean_s"], rel=0.04)
+    got = np.quantile(resp, [0.5, 0.95])
+    assert got == pytest.approx(q.mmc_response_quantile([0.5, 0.95], lam, mu, c), rel=0.05)
+
+
+def test_closed_mmc_against_ciw():
+    n_cl, z, c, mu = 8, 2.0, 4, 1.0
+    # clients are a delay node with N servers; all N enter at time ~0 and then circulate
+    net = ciw.create_network(
+        arrival_distributions=[ciw.dists.Sequential([1e-9] * n_cl + [1e12]), None],
+        service_distributions=[ciw.dists.Exponential(rate=1 / z), ciw.dists.Exponential(rate=mu)],
+        number_of_servers=[n_cl, c],
+        routing=[[0.0, 1.0], [1.0, 0.0]],
+    )
+    resp, x = _ciw_responses(net, 2, until=8_000, warmup=200, seed=2)
+    model = q.closed_mmc(n_cl, mu, c, z).iloc[0]
+    assert x == pytest.approx(model["throughput_rps"], rel=0.03)
+    assert resp.mean() == pytest.approx(model["response_mean_s"], rel=0.04)
+    got = np.quantile(resp, [0.5, 0.95])
+    assert got == pytest.approx(
+        q.closed_mmc_response_quantile([0.5, 0.95], n_cl, mu, c, z), rel=0.05
+    )
+
+
+# -- properties --------------------------------------------------------------------------------
+
+servers = st.integers(min_value=1, max_value=2000)
+fractions = st.floats(min_value=0.01, max_value=0.99)
+
+
+@settings(max_examples=60, deadline=None)
+@given(c=servers, f1=fractions, f2=fractions)
+def test_erlang_c_is_a_probability_increasing_in_load(c, f1, f2):
+    lo, hi = sorted((f1, f2))
+    a = np.array([lo, hi]) * c
+    pc = q.erlang_c(c, a)
+    assert ((pc >= 0) & (pc <= 1)).all()
+    assert pc[0] <= pc[1] + 1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(c=servers, mu=st.floats(min_value=0.01, max_value=100.0))
+def test_wait_grows_without_bound_near_saturation(c, mu):
+    rho = 1 - np.logspace(-1, -7, 7)
+    w = q.mmc(rho * c * mu, mu, c)["wait_mean_s"].to_numpy()
+    assert np.all(np.diff(w) > 0)
+    assert w[-1] * c * mu > 1e4  # Wq ~ C / (c mu (1 - rho)) with C -> 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    c=st.integers(min_value=1, max_value=200),
+    f=fractions,
+    mu=st.floats(min_value=0.1, max_value=10),
+)
+def test_quantiles_are_ordered(c, f, mu):
+    lam = f * c * mu
+    p50, p95, p99 = q.mmc_response_quantile([0.5, 0.95, 0.99], lam, mu, c)
+    assert 0 < p50 < p95 < p99
+    p50c, p95c, p99c = q.closed_mmc_response_quantile([0.5, 0.95, 0.99], 2 * c, mu, c, 1 / mu)
+    assert 0 < p50c < p95c < p99c
+
+
+@settings(max_examples=30, deadline=None)
+@given(c=st.integers(min_value=1, max_value=30), f=st.floats(min_value=0.05, max_value=0.9))
+def test_closed_model_tends_to_open_as_population_grows(c, f):
+    mu = 1.0
+    lam = f * c * mu
+    open_w = q.mmc(lam, mu, c)["response_mean_s"].iloc[0]
+    errs = []
+    for n_cl in (50, 500, 20_000):
+        # N clients with think time N / lam offer lam in the limit
+        w = q.closed_mmc(n_cl, mu, c, think_s=n_cl / lam)["response_mean_s"].iloc[0]
+        errs.append(abs(w - open_w) / open_w)
+    assert errs[-1] < 0.02
+    assert errs[-1] <= errs[0] + 1e-12

@@ -1,0 +1,206 @@
+"""Admission control over real HTTP: the waiting-queue limit and the RPM / TPM token buckets.
+
+A refused request gets 429 with ``Retry-After`` and the ``x-ratelimit-*`` headers; the hint is
+checked against the simulator's own truth (when the slot really freed up, when the bucket
+really refilled) and by waiting it out: a request sent after the hint is admitted."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import aiohttp
+import pytest
+from sim_http import body_for, call
+
+from llmlat.sim import Simulator
+
+pytestmark = pytest.mark.timeout(60)
+
+RESET = re.compile(r"^(\d+ms|\d+(\.\d+)?s|\d+m\d+s)$")
+
+
+async def wait_admitted(sim: Simulator, count: int) -> None:
+    while (sim.truth()["t_admitted"].notna()).sum() < count:
+        await asyncio.sleep(0.005)
+
+
+def check_429(reply, limit_kinds=("requests",)) -> float:
+    assert reply.status == 429
+    assert reply.json()["error"]["code"] == "rate_limit_exceeded"
+    retry = float(reply.headers["retry-after"])
+    assert int(reply.headers["retry-after-ms"]) == pytest.approx(retry * 1000, abs=1)
+    for kind in limit_kinds:
+        assert int(reply.headers[f"x-ratelimit-limit-{kind}"]) > 0
+        assert int(reply.headers[f"x-ratelimit-remaining-{kind}"]) >= 0
+        assert RESET.match(reply.headers[f"x-ratelimit-reset-{kind}"])
+    return retry
+
+
+def test_queue_limit_batch_mode():
+    # 2 slots + 2 waiting; each request decodes 20 steps of 20 ms
+    options = {"slots": 2, "queue_limit": 2, "t0_s": 0.02, "t1_s": 0.0, "rpm": 100000}
+    options |= {"prefill_per_token_s": 0.0, "output_tokens": 20, "output_dist": "fixed"}
+
+    async def go():
+        async with Simulator(**options) as sim, aiohttp.ClientSession() as session:
+            body = body_for("openai-chat")
+            first = [
+                asyncio.create_task(call(session, sim.url, "openai-chat", body)) for _ in range(4)
+            ]
+            await wait_admitted(sim, 4)
+            refused = await asyncio.gather(
+                *(call(session, sim.url, "openai-chat", body) for _ in range(2))
+            )
+            retry = max(float(r.headers.get("retry-after", "nan")) for r in refused)
+            await asyncio.sleep(retry)
+            after = await call(session, sim.url, "openai-chat", body)
+            served = await asyncio.gather(*first)
+            return served, refused, after, sim.truth()
+
+    served, refused, after, truth = asyncio.run(go())
+    assert [r.status for r in served] == [200] * 4
+    assert after.status == 200
+    freed = truth.loc[truth["outcome"] == "ok", "t_last_token"].iloc[:4].min()
+    for reply, (_, row) in zip(
+        refused, truth[truth["outcome"] == "queue_full"].iterrows(), strict=True
+    ):
+        retry = check_429(reply)
+        assert row["retry_after_s"] == pytest.approx(retry, abs=0.001)
+        # the hint is the real time until the first slot freed (and a waiting request moved up)
+        assert retry == pytest.approx(freed - row["t_arrival"], abs=0.03, rel=0.1)
+    assert (truth["outcome"] == "queue_full").sum() == 2
+
+
+def test_queue_limit_mmc_mode_retry_after_is_exact():
+    options = {"mode": "mmc", "slots": 1, "mu": 4.0, "queue_limit": 0, "seed": 5}
+
+    async def go():
+        async with Simulator(**options) as sim, aiohttp.ClientSession() as session:
+            body = body_for("openai-chat")
+            hints = []
+            for _ in range(4):
+                first = asyncio.create_task(call(session, sim.url, "openai-chat", body))
+                await wait_admitted(sim, len(hints) + 1)
+                refused = await call(session, sim.url, "openai-chat", body)
+                hints.append(check_429(refused, limit_kinds=()))
+                assert (await first).status == 200
+            return hints, sim.truth()
+
+    hints, truth = asyncio.run(go())
+    ok = truth[truth["outcome"] == "ok"].reset_index(drop=True)
+    refused = truth[truth["outcome"] == "queue_full"].reset_index(drop=True)
+    assert len(ok) == len(refused) == 4
+    for i, hint in enumerate(hints):
+        assert hint == pytest.approx(ok["t_last_token"][i] - refused["t_arrival"][i], abs=0.02)
+
+
+def test_rpm_bucket():
+    rpm = 60  # one request per second refills
+
+    async def go():
+        async with Simulator(preset="instant", rpm=rpm) as sim, aiohttp.ClientSession() as session:
+            body = body_for("openai-chat")
+            replies = []
+            while not replies or replies[-1].status == 200:
+                replies.append(await call(session, sim.url, "openai-chat", body))
+                assert len(replies) <= 2 * rpm
+            retry = check_429(replies[-1])
+            await asyncio.sleep(retry)
+            after = await call(session, sim.url, "openai-chat", body)
+            again = await call(session, sim.url, "openai-chat", body)
+            return replies, after, again, sim.truth()
+
+    replies, after, again, truth = asyncio.run(go())
+    admitted = len(replies) - 1
+    assert admitted >= rpm
+    remaining = [int(r.headers["x-ratelimit-remaining-requests"]) for r in replies[:admitted]]
+    assert remaining[0] == rpm - 1 and remaining == sorted(remaining, reverse=True)
+    assert all(r.headers["x-ratelimit-limit-requests"] == str(rpm) for r in replies)
+    # bucket state when refused: full at the first request, drained one per request, refilled
+    # at rpm / 60 per second since then
+    refused = truth[truth["outcome"] == "rate_limited"].iloc[0]
+    elapsed = refused["t_arrival"] - truth["t_arrival"].iloc[0]
+    level = rpm - admitted + elapsed * rpm / 60
+    assert refused["retry_after_s"] == pytest.approx((1 - level) / (rpm / 60), abs=0.02)
+    assert after.status == 200  # waiting the hint was enough
+    assert again.status == 429  # and the bucket is empty again
+
+
+def test_tpm_bucket():
+    tpm, max_tokens = 600, 14
+    body = body_for("openai-chat", "x" * 24, max_tokens=max_tokens)  # 6 prompt tokens
+    cost = 6 + max_tokens
+
+    async def go():
+        async with Simulator(preset="instant", tpm=tpm) as sim, aiohttp.ClientSession() as session:
+            replies = []
+            while not replies or replies[-1].status == 200:
+                replies.append(await call(session, sim.url, "openai-chat", body))
+                assert len(replies) <= 2 * tpm // cost
+            retry = check_429(replies[-1], limit_kinds=("tokens",))
+            assert "x-ratelimit-limit-requests" not in replies[-1].headers
+            await asyncio.sleep(retry)
+            after = await call(session, sim.url, "openai-chat", body)
+            return replies, after, sim.truth()
+
+    replies, after, truth = asyncio.run(go())
+    admitted = len(replies) - 1
+    assert admitted >= tpm // cost
+    assert replies[0].headers["x-ratelimit-remaining-tokens"] == str(tpm - cost)
+    refused = truth[truth["outcome"] == "rate_limited"].iloc[0]
+    elapsed = refused["t_arrival"] - truth["t_arrival"].iloc[0]
+    level = tpm - admitted * cost + elapsed * tpm / 60
+    assert refused["retry_after_s"] == pytest.approx((cost - level) / (tpm / 60), abs=0.02)
+    assert after.status == 200
+
+
+def test_request_larger_than_tpm_is_400():
+    async def go():
+        async with Simulator(preset="instant", tpm=100) as sim, aiohttp.ClientSession() as session:
+            return await call(
+                session, sim.url, "openai-chat", body_for("openai-chat", max_tokens=500)
+            )
+
+    reply = asyncio.run(go())
+    assert reply.status == 400
+    assert "tokens-per-minute" in reply.json()["error"]["message"]
+
+
+def test_article_preset_shows_the_cliff_at_100_not_at_10():
+    """Batch cap 32, a queue of 32, then 429s: checked on a burst, before anything finishes
+    (the shortest article request decodes 16 steps of about 0.2 s)."""
+
+    async def burst(sim, session, n):
+        while sim.truth()["t_end"].isna().any():  # the replica forgot the previous burst
+            await asyncio.sleep(0.01)
+        start = len(sim.truth())
+        tasks = [
+            asyncio.create_task(call(session, sim.url, "openai-chat", body_for("openai-chat")))
+            for _ in range(n)
+        ]
+        while True:
+            rows = sim.truth().iloc[start:]
+            if len(rows) == n and (rows["t_admitted"].notna() | rows["outcome"].notna()).all():
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # a step boundary: the admitted join the batch
+        truth = sim.truth().iloc[start:]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return truth
+
+    async def go():
+        async with Simulator(preset="article") as sim, aiohttp.ClientSession() as session:
+            return await burst(sim, session, 10), await burst(sim, session, 100)
+
+    ten, hundred = asyncio.run(go())
+    assert ten["outcome"].isna().all()  # all admitted, none refused
+    assert ten["t_service_start"].notna().all()  # all decoding together
+    assert (hundred["outcome"] == "queue_full").sum() == 100 - 64
+    admitted = hundred[hundred["outcome"].isna()]
+    assert len(admitted) == 64
+    assert admitted["t_service_start"].notna().sum() == 32  # the batch cap
+    refused = hundred[hundred["outcome"] == "queue_full"]
+    assert (refused["retry_after_s"] > 1.0).all()  # until the first of the 32 finishes
