@@ -622,6 +622,10 @@ def _read_journal(journal: Path) -> SweepResult:
         _TAGS[tag]: pd.DataFrame.from_records(data, columns=columns[tag]) if data else None
         for tag, data in rows.items()
     }
+    # rows were journalled as they finished: restore the order a live result has
+    for name, keys in (("requests", ["request_id"]), ("attempts", ["request_id", "attempt"])):
+        if frames[name] is not None:
+            frames[name] = frames[name].sort_values(keys, kind="stable", ignore_index=True)
     meta = {**meta, "complete": False}
     return _build(journal, frames["requests"], frames["attempts"], frames["levels"], meta)
 

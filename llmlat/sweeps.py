@@ -260,7 +260,7 @@ class Sweeper:
         meta = {**self._meta, "interrupted": self._interrupted}
         return SweepResult(
             requests_frame(done),
-            attempts_frame(self._attempts),
+            attempts_frame(sorted(self._attempts, key=_attempt_order)),
             levels_frame(self._levels),
             meta,
         )
@@ -704,6 +704,10 @@ def _abandon(record: Record, now: float, error: str) -> None:
     record.error = error
     record.t_end = now
     record.latency_s = now - record.t_scheduled
+
+
+def _attempt_order(attempt: Attempt) -> tuple[int, int]:
+    return attempt.request_id, attempt.attempt
 
 
 def _resolve(future: asyncio.Future) -> None:

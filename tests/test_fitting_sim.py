@@ -11,7 +11,7 @@ import pytest
 import llmlat
 from llmlat.sim import Simulator
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 CASES = [
     # c, mu (req/s per server), concurrency levels straddling c

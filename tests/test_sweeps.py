@@ -41,9 +41,8 @@ def kind_is(requests: pd.DataFrame, kind: str) -> np.ndarray:
 
 
 def assert_same_rows(saved: pd.DataFrame, requests: pd.DataFrame) -> None:
-    """The saved rows are the result's (the file keeps them in the order they finished)."""
-    ordered = saved.sort_values("request_id", ignore_index=True)
-    pd.testing.assert_frame_equal(ordered, requests)
+    """The saved rows are the result's, in the same (request_id) order."""
+    pd.testing.assert_frame_equal(saved, requests)
 
 
 def check_accounting(result, issued: int | None = None) -> None:
@@ -103,7 +102,7 @@ def test_closed_loop_levels_warmup_and_metadata(tmp_path):
     json.dumps(meta)
     back = llmlat.read(path)
     assert_same_rows(back.requests, req)
-    assert len(back.attempts) == len(result.attempts)
+    pd.testing.assert_frame_equal(back.attempts, result.attempts)
     assert back.meta["interrupted"] is False
 
 

@@ -359,7 +359,8 @@ class _MMcEngine:
         self.free = config.slots
         self.releases: list[float] = []  # heap of busy servers' release times
         self.waiting: deque[Sequence] = deque()
-        self.timers: set[asyncio.TimerHandle] = set()
+        # release time -> timer handle (uvloop's handles have no .when())
+        self.timers: dict[asyncio.TimerHandle, float] = {}
 
     def submit(self, seq: Sequence) -> None:
         if self.free and not self.waiting:  # no wait at all, by construction
@@ -378,7 +379,7 @@ class _MMcEngine:
         self.free -= 1
         end = t + seq.service_s
         heapq.heappush(self.releases, end)
-        self.timers.add(self.loop.call_at(end, self._release, end))
+        self.timers[self.loop.call_at(end, self._release, end)] = end
         seq.start(at)
         self._tick(seq, t)
 
@@ -397,7 +398,7 @@ class _MMcEngine:
     def _release(self, end: float) -> None:
         heapq.heappop(self.releases)
         self.free += 1
-        self.timers = {h for h in self.timers if not h.cancelled() and h.when() > end}
+        self.timers = {h: w for h, w in self.timers.items() if w > end and not h.cancelled()}
         if self.waiting:
             self._start(self.waiting.popleft(), end)
 
