@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from llmlat.summary import summarize
+
 __all__ = ["QUANTILES", "Observed", "observe", "resample"]
 
 #: stat name -> quantile probability (None: the mean).
@@ -38,6 +40,8 @@ class Observed:
     prompt_tokens: float
     times: list[np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)
+    #: quantile probability -> that quantile of the output length over its mean (ok rows)
+    tokens_q: dict[float, float] = field(default_factory=dict)
 
 
 def _stats_from_times(times: list[np.ndarray]) -> dict[str, np.ndarray]:
@@ -110,6 +114,7 @@ def _from_requests(req: pd.DataFrame, metric: str, level_kind: str | None) -> Ob
     if col not in req or "level" not in req:
         raise ValueError(f"data: requests table needs columns 'level' and {col!r}")
     kind = _kind(req, level_kind)
+    throughput = _throughput(req)
     if "phase" in req:
         req = req[req["phase"].astype(str).to_numpy() != "warmup"]
     values = req[col].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -135,7 +140,7 @@ def _from_requests(req: pd.DataFrame, metric: str, level_kind: str | None) -> Ob
     table = pd.DataFrame({"level": levels, **_stats_from_times(times)})
     n_all = pd.Series(lv_all).value_counts()
     table["n_failed"] = n_all.reindex(levels).to_numpy() - table["n"].to_numpy()
-    table["throughput_rps"] = _throughput(req, lv_all, ok, levels)
+    table["throughput_rps"] = throughput.reindex(levels).to_numpy(dtype=np.float64)
     if "completion_tokens" in req:
         tok = pd.to_numeric(req["completion_tokens"], errors="coerce")
         per_level = pd.Series(tok.to_numpy(np.float64, na_value=np.nan)[ok]).groupby(lv_all[ok])
@@ -148,30 +153,38 @@ def _from_requests(req: pd.DataFrame, metric: str, level_kind: str | None) -> Ob
     think = float(np.average(table["think_s"][good], weights=w[good])) if good.any() else np.nan
     tok = _mean_col(req, "completion_tokens", ok)
     ptok = _mean_col(req, "prompt_tokens", ok)
-    return Observed(kind, metric, table, think, tok, ptok, times, notes)
+    obs = Observed(kind, metric, table, think, tok, ptok, times, notes)
+    if "completion_tokens" in req and tok > 0:
+        lengths = pd.to_numeric(req["completion_tokens"], errors="coerce").to_numpy(
+            np.float64, na_value=np.nan
+        )[ok]
+        lengths = lengths[np.isfinite(lengths)]
+        probs = [v for v in QUANTILES.values() if v is not None]
+        obs.tokens_q = dict(zip(probs, np.quantile(lengths, probs) / tok, strict=True))
+    return obs
 
 
-def _throughput(req: pd.DataFrame, lv: np.ndarray, ok: np.ndarray, levels: np.ndarray):
-    """Completion rate in the steady window of each level: first completion to last send.
+_TIMING = (
+    "run_id",
+    "level",
+    "phase",
+    "ok",
+    "status",
+    "t_scheduled",
+    "t_sent",
+    "t_end",
+    "latency_s",
+)
 
-    Counting from the first send would include the ramp, and up to the last completion the
-    drain, when fewer requests are in flight; both bias a closed loop's throughput low.
+
+def _throughput(req: pd.DataFrame) -> pd.Series:
+    """Per level: the steady-window completion rate of :func:`llmlat.summary.summarize`.
+
+    One definition for the summary table and the fit; several runs of one level are averaged.
     """
-    start = "t_sent" if "t_sent" in req else "t_scheduled"
-    if "t_end" not in req or start not in req:
-        return np.full(len(levels), np.nan)
-    sent = req[start].to_numpy(np.float64)
-    end = req["t_end"].to_numpy(np.float64)
-    out = []
-    for level in levels:
-        mine = lv == level
-        a, b = np.nanmin(end[mine]), np.nanmax(sent[mine])
-        done = np.count_nonzero(mine & ok & (end >= a) & (end <= b))
-        if b > a and done > 1:
-            out.append((done - 1) / (b - a))
-        else:  # too short to have a steady window
-            out.append(np.count_nonzero(mine & ok) / (np.nanmax(end[mine]) - np.nanmin(sent[mine])))
-    return np.asarray(out)
+    cols = [c for c in _TIMING if c in req]
+    table = summarize(req[cols])
+    return table.groupby("level")["throughput_rps"].mean()
 
 
 def _mean_col(frame: pd.DataFrame, col: str, mask: np.ndarray) -> float:

@@ -110,7 +110,8 @@ class Model:
             join = p.get("join_steps", 0.0)
             if kind == "rate":
                 df = q.batch_open(loads, *args)
-                step = p["t0_s"] + p["t1_s"] * df["batch_mean"].to_numpy() ** p["gamma"]
+                busy = df["batch_mean"].to_numpy()
+                step = p["t0_s"] + p["t1_s"] * busy ** p["gamma"]
                 mean = df["response_mean_s"].to_numpy() + join * step
             else:
                 # a request joins the batch at the next step boundary: that wait holds no
@@ -119,6 +120,9 @@ class Model:
                 delay = join * (p["t0_s"] + p["t1_s"] * b ** p["gamma"])
                 x, ls = q._closed_means(loads, p["think_s"] + delay, self.rate(p))
                 mean = ls / x + delay
+                busy = np.minimum(ls, p["slots"])
+            # mean time decoding in a batch of the mean size; the rest of ``mean`` is waiting
+            service = p["tokens"] * (p["t0_s"] + p["t1_s"] * busy ** p["gamma"])
         elif kind == "rate":
             c, mu = p["c"], p["mu"]
             cv2 = p["cv_s"] ** 2 if self.name == "mgc" else 1.0
@@ -135,12 +139,27 @@ class Model:
             prob = QUANTILES[s]
             if prob is None:
                 continue
-            out[f"{s}_s"] = self._quantile(p, loads, kind, prob)
+            if self.family == "batch":
+                out[f"{s}_s"] = self._batch_quantile(p, prob, mean, service)
+            else:
+                out[f"{s}_s"] = self._quantile(p, loads, kind, prob)
         return out
 
+    @staticmethod
+    def _batch_quantile(p: dict, prob: float, mean: np.ndarray, service: np.ndarray):
+        """Response-time quantile of continuous batching, an approximation.
+
+        A request decodes its own L tokens at the step time of the mean batch, so its time in
+        the batch is L / mean(L) times the mean one; the wait for a slot (and for the next
+        step) is taken at its mean. The quantile is that of L, measured (``tokens_q``).
+        """
+        ratio = p.get("tokens_q", {}).get(prob, 1.0)
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isfinite(mean), mean + (ratio - 1.0) * service, np.inf)
+
     def _quantile(self, p: dict, loads: np.ndarray, kind: str, prob: float) -> np.ndarray:
-        if self.family == "batch" or self.name == "mgc":
-            return np.full(loads.shape, np.nan)  # no response-time distribution
+        if self.name == "mgc":
+            return q.mgc_response_quantile(prob, loads, p["mu"], p["c"], p["cv_s"])
         if kind == "rate":
             stable = loads < p["c"] * p["mu"]
             res = np.full(loads.shape, np.inf)

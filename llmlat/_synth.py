@@ -37,9 +37,15 @@ def _frame(level, kind, sched, start, end, worker) -> pd.DataFrame:
 
 
 def mmc_open_requests(
-    rates: list[float], mu: float, c: int, n: int, seed: int = 0, warmup: int = 3000
+    rates: list[float],
+    mu: float,
+    c: int,
+    n: int,
+    seed: int = 0,
+    warmup: int = 3000,
+    cv_s: float = 1.0,
 ) -> pd.DataFrame:
-    """Simulate an open M/M/c at each arrival rate.
+    """Simulate an open M/M/c (or M/G/c with gamma service) at each arrival rate.
 
     Parameters
     ----------
@@ -56,6 +62,9 @@ def mmc_open_requests(
     warmup : int, default 3000
         Requests dropped from the start of each level (the queue starts empty, and near
         saturation it takes long to forget that).
+    cv_s : float, default 1.0
+        Coefficient of variation of the service time: 1 is exponential (M/M/c), any other
+        value a gamma law with that CV (M/G/c).
 
     Returns
     -------
@@ -67,7 +76,10 @@ def mmc_open_requests(
     for lam in rates:
         m = n + warmup
         arr = np.cumsum(rng.exponential(1 / lam, m))
-        svc = rng.exponential(1 / mu, m)
+        if cv_s == 1.0:
+            svc = rng.exponential(1 / mu, m)
+        else:
+            svc = rng.gamma(1 / cv_s**2, cv_s**2 / mu, m)
         free = [0.0] * c
         start = np.empty(m)
         for i in range(m):

@@ -1,16 +1,22 @@
-"""Public benchmark data shipped with llmlat, as per-level tables ready for :func:`llmlat.fit`.
+"""Datasets shipped with llmlat, by name, ready for :func:`llmlat.fit`.
 
-Each dataset is a CSV in a folder with its ``SOURCE.md`` (origin, commit, license, caveats).
-The folder is looked up as package data first (``llmlat/datasets``) and then in the
-``datasets/`` folder of a source checkout, next to the package.
+Two kinds, one folder each under ``datasets/``: public benchmark data as a per-level CSV with its
+``SOURCE.md`` (origin, commit, license, caveats), and sweeps saved by :meth:`SweepResult.save`
+(``<name>.parquet`` with its JSON sidecar), whose provenance is their sidecar metadata and whose
+datasheet is ``datasets/README.md``. The folder is looked up as package data first
+(``llmlat/datasets``) and then in the ``datasets/`` folder of a source checkout, next to the
+package.
 """
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from pathlib import Path
 
 import pandas as pd
+
+from llmlat.results import SweepResult, read
 
 __all__ = ["list", "load", "source"]
 
@@ -34,18 +40,37 @@ def _index() -> dict[str, Path]:
         for csv in sorted(root.glob("*/*.csv")):
             if (csv.parent / "SOURCE.md").is_file():
                 found.setdefault(f"{csv.parent.name}/{csv.stem}", csv)
+        for sweep in sorted(root.glob("*/*.parquet")):
+            if sweep.with_name(sweep.name + ".json").is_file():  # a saved sweep, not its attempts
+                found.setdefault(f"{sweep.parent.name}/{sweep.stem}", sweep)
     return found
 
 
-def list() -> _builtin_list[str]:  # shadows the builtin on purpose: llmlat.datasets.list()
+_KINDS = {"table": ".csv", "sweep": ".parquet"}
+
+
+def list(kind: str | None = None) -> _builtin_list[str]:  # shadows the builtin on purpose
     """List the available datasets.
+
+    Parameters
+    ----------
+    kind : {"table", "sweep"}, optional
+        Only per-level tables (public data, CSV) or only saved sweeps; default both.
 
     Returns
     -------
     list of str
-        Names like ``"inferencex-closedloop/gpt-oss-120b"`` (folder / table).
+        Names like ``"inferencex-closedloop/gpt-oss-120b"`` (folder / table or sweep).
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``kind``.
     """
-    return sorted(_index())
+    if kind is not None and kind not in _KINDS:
+        raise ValueError(f"kind: expected 'table' or 'sweep', got {kind!r}")
+    index = _index()
+    return sorted(n for n, p in index.items() if kind is None or p.suffix == _KINDS[kind])
 
 
 def _path(name: str) -> Path:
@@ -55,8 +80,8 @@ def _path(name: str) -> Path:
     return index[name]
 
 
-def load(name: str) -> pd.DataFrame:
-    """Load a dataset as a per-level table (one row per load level).
+def load(name: str) -> pd.DataFrame | SweepResult:
+    """Load a dataset: a per-level table (one row per load level) or a saved sweep.
 
     Parameters
     ----------
@@ -65,10 +90,11 @@ def load(name: str) -> pd.DataFrame:
 
     Returns
     -------
-    pandas.DataFrame
-        Columns ``level``, ``level_kind``, ``n``, ``throughput_rps``,
+    pandas.DataFrame or SweepResult
+        A CSV dataset: columns ``level``, ``level_kind``, ``n``, ``throughput_rps``,
         ``latency_{mean,std,p50,p90,p99}_s``, the same for ``ttft``, token means and others
         described in the dataset's SOURCE; ``attrs["source"]`` holds the SOURCE text.
+        A saved sweep: the :class:`~llmlat.results.SweepResult` that :func:`llmlat.read` opens.
 
     Raises
     ------
@@ -76,6 +102,8 @@ def load(name: str) -> pd.DataFrame:
         For an unknown name.
     """
     path = _path(name)
+    if path.suffix == ".parquet":
+        return read(path)
     table = pd.read_csv(path)
     table["level_kind"] = table["level_kind"].astype("string")
     table.attrs["name"] = name
@@ -84,7 +112,7 @@ def load(name: str) -> pd.DataFrame:
 
 
 def source(name: str) -> str:
-    """Return the SOURCE text of a dataset: origin, license and caveats.
+    """Return the SOURCE text of a dataset: origin, license and caveats (a sweep: its metadata).
 
     Parameters
     ----------
@@ -94,6 +122,11 @@ def source(name: str) -> str:
     Returns
     -------
     str
-        Markdown text.
+        Markdown text; for a saved sweep without a ``SOURCE.md``, its sidecar metadata as JSON
+        (llmlat version, target, load, seed).
     """
-    return (_path(name).parent / "SOURCE.md").read_text(encoding="utf-8")
+    path = _path(name)
+    source_md = path.parent / "SOURCE.md"
+    if path.suffix == ".parquet" and not source_md.is_file():
+        return json.dumps(read(path).meta, indent=1)
+    return source_md.read_text(encoding="utf-8")

@@ -19,7 +19,7 @@ __all__ = ["DEMO_LEVELS", "run_demo"]
 
 #: The concurrency levels of the demo sweep.
 DEMO_LEVELS = (1, 2, 5, 10, 20, 50, 100)
-_QUICK_LEVELS = (1, 5, 20, 50)
+_QUICK_LEVELS = (1, 5, 10, 20, 50)
 
 
 def _requests_per_level(level: int, quick: bool) -> int:
@@ -67,6 +67,7 @@ def run_demo(
     """
     from llmlat.report import build_report
     from llmlat.sim import SimConfig
+    from llmlat.summary import brief
     from llmlat.sweeps import sweep
 
     out_stream = stream or sys.stdout
@@ -87,19 +88,9 @@ def run_demo(
         progress=progress,
     )
     say(f"\nMeasured {len(result.requests)} requests in {time.perf_counter() - started:.0f} s.\n")
-    with pd.option_context("display.width", 200, "display.max_columns", 12):
-        columns = [
-            "level",
-            "n",
-            "ok_rate",
-            "rate_limited_rate",
-            "throughput_rps",
-            "latency_p50_s",
-            "latency_p95_s",
-            "ttft_p95_s",
-        ]
-        summary = result.summary()
-        say(summary[[c for c in columns if c in summary]].to_string(index=False))
+    summary = result.summary()
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        say(brief(summary).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if p95_s is None:
         lightest = summary.loc[summary["level"].idxmin()]
         p95_s = round(2 * float(lightest["latency_p95_s"]), 2)
@@ -110,14 +101,16 @@ def run_demo(
         say("\n" + str(report.fit.summary()))
         capacity = report.fit.conf_int()
         say("\n95% confidence intervals:\n" + capacity.to_string())
-    if report.plan is not None:
-        plan = report.plan
+    plan = report.plan
+    if plan is not None and plan.concurrency >= 1:
         say(
             f"\nPlan for p95 <= {p95_s:g} s: at most {plan.concurrency} requests in flight "
             f"or {plan.rate_rps:.2f} requests/s (utilization "
             f"{plan.utilization_at_max_rate:.0%} of the fitted capacity "
             f"{plan.capacity_rps:.2f} requests/s; bound: {plan.binding})."
         )
+    elif plan is not None:
+        say(f"\nPlan for p95 <= {p95_s:g} s: no load meets it, even one request alone.")
     say(f"\nreport: {report.path.resolve()}")
     return report.path
 

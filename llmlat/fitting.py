@@ -13,6 +13,16 @@ Estimation:
   weights from its standard error, as a Gaussian likelihood with an estimated scale (so AIC is
   defined); the only option for ``mgc``, ``batch`` and per-level tables.
 
+Maximum likelihood on a level with many requests works on equal-count bins of its times
+(:data:`_BINS`), so a million rows fit in about a second; the reported log-likelihood is that
+of every request.
+
+Response-time quantiles (``predict``, ``curve``, ``plan(p95=...)``) are exact for the M/M/c
+family; for ``mgc`` they take gamma service with the measured CV plus an exponential wait with
+Allen-Cunneen's mean (:func:`llmlat.queueing.mgc_response_quantile`), and for ``batch`` a
+request's own output length (its measured distribution) times the step time, plus the mean
+wait.
+
 The integer parameter (servers ``c``, slot cap ``slots``) is profiled: the likelihood is
 maximised over the continuous parameters at each integer and the best integer is kept; its
 interval is the set of integers within the chi-square(1) cut of the maximum.
@@ -22,7 +32,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -83,6 +93,8 @@ class _Problem:
                 ratio = np.where(np.isfinite(ratio), ratio, 1.0)
                 self.y, self.se = self.y * ratio, self.se * ratio
         self.nobs = len(lv) if method == "wls" else int(sum(len(t) for t in obs.times))
+        if method == "ml":
+            self.binned, self.weights = _bin_times(obs)
 
     def params(self, theta: np.ndarray, k: int | None) -> dict:
         return self.model.params(theta[: len(self.model.free)], k, self.fixed)
@@ -98,7 +110,7 @@ class _Problem:
         """Log-likelihood, with the WLS scale concentrated out."""
         with np.errstate(all="ignore"):
             if self.method == "ml":
-                v = float(np.sum(self.model.loglikeobs(self.params(theta, k), self.obs)))
+                v = float(self.weights @ self.model.loglikeobs(self.params(theta, k), self.binned))
             else:
                 r = self._resid(theta, k)
                 s2 = max(float(np.mean(r**2)), 1e-16)
@@ -109,7 +121,7 @@ class _Problem:
     def llobs_full(self, k: int | None):
         """Per-observation log-likelihood of all parameters (WLS: log scale last)."""
         if self.method == "ml":
-            return lambda th: self.model.loglikeobs(self.params(th, k), self.obs)
+            return lambda th: self.weights * self.model.loglikeobs(self.params(th, k), self.binned)
 
         def fn(th):
             s = np.exp(th[-1]) * self.se
@@ -117,6 +129,12 @@ class _Problem:
             return -0.5 * _LOG2PI - np.log(s) - 0.5 * (r / s) ** 2
 
         return fn
+
+    def llf_exact(self, theta: np.ndarray, k: int | None) -> float:
+        """Log-likelihood of every request (maximum likelihood works on binned times)."""
+        if self.method != "ml":
+            return float(np.sum(self.llobs_full(k)(theta)))
+        return float(np.sum(self.model.loglikeobs(self.params(theta, k), self.obs)))
 
     def lower_bound(self, k: int | None) -> float:
         """Smallest log mu for which an open M/M/c is stable at every level."""
@@ -205,6 +223,28 @@ class _Problem:
                 )
             theta = res.x
         return theta, self.llf(theta, k), edge
+
+
+#: Maximum likelihood on a level with more requests than twice this works on this many bins of
+#: equal counts, each at the mean of its times: the log density is smooth on a bin's width, so
+#: the estimate moves by a small fraction of its standard error, and the cost no longer grows
+#: with the number of rows (a million rows: seconds, not a minute).
+_BINS = 2000
+
+
+def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
+    times, weights = [], []
+    for t in obs.times:
+        if len(t) <= 2 * _BINS:
+            times.append(t)
+            weights.append(np.ones(len(t)))
+            continue
+        s = np.sort(t)
+        edges = np.linspace(0, len(s), _BINS + 1).astype(np.int64)[:-1]
+        counts = np.diff(np.append(edges, len(s)))
+        times.append(np.add.reduceat(s, edges) / counts)
+        weights.append(counts.astype(np.float64))
+    return replace(obs, times=times), np.concatenate(weights)
 
 
 def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, tuple]:
@@ -339,7 +379,8 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
         r = problem._resid(theta, k)
         start = np.append(theta, 0.5 * np.log(max(float(np.mean(r**2)), 1e-16)))
         names.append("log_scale")
-    mod = _Likelihood(problem.llobs_full(k), problem.nobs, names)
+    nobs = problem.nobs if problem.method == "wls" else len(problem.weights)
+    mod = _Likelihood(problem.llobs_full(k), nobs, names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = mod.fit(start_params=start, method="bfgs", maxiter=100, disp=0)
@@ -348,12 +389,27 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
         except ValueError:  # singular Hessian: a parameter the data do not pin down
             cov = None
     full = np.asarray(res.params)
-    if not np.isfinite(res.llf) or res.llf < llf - 1e-6:
-        full, cov = start, None
+    # the polish is unconstrained: a step out of the box (e.g. join_steps > 1 step) is refused,
+    # and the curvature at the bounded optimum taken instead
+    n = len(problem.model.free)
+    lower, upper = problem._bounds(k, n)
+    outside = np.any((full[:n] < lower - 1e-9) | (full[:n] > upper + 1e-9))
+    if not np.isfinite(res.llf) or res.llf < llf - 1e-6 or outside:
+        full, cov = start, _inverse_curvature(mod, start)
     if cov is None or not np.all(np.isfinite(np.diag(cov))):
         cov = np.full((len(full), len(full)), np.nan)
-    llf_full = float(np.sum(problem.llobs_full(k)(full)))
-    return full, cov, llf_full
+    return full, cov, problem.llf_exact(full, k)
+
+
+def _inverse_curvature(mod: _Likelihood, theta: np.ndarray) -> np.ndarray | None:
+    """Covariance from the numerical Hessian at ``theta``, or None when it is not definite."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            cov = np.linalg.inv(-np.asarray(mod.hessian(theta)))
+        except np.linalg.LinAlgError:
+            return None
+    return cov if np.all(np.diag(cov) > 0) else None
 
 
 def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[dict, list[str]]:
@@ -386,6 +442,9 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             tok = 1.0
             notes.append("output tokens per request unknown: t0_s, t1_s are per-request times")
         fixed["tokens"] = float(tok)
+        fixed["tokens_q"] = obs.tokens_q
+        if not obs.tokens_q:
+            notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
             fixed["gamma"] = 1.0 if gamma is None else float(gamma)
     if model.name == "mgc":
@@ -527,10 +586,6 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
 def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> FitResult:
     model = _pick_model(name, obs, opts["gamma"])
     meth = _method(model, obs, method, stat)
-    if meth == "wls" and model.family == "batch" and stat != "mean":
-        raise ValueError(f"stat: the batch model predicts means only, not {stat!r}")
-    if meth == "wls" and model.name == "mgc" and stat != "mean":
-        raise ValueError(f"stat: Allen-Cunneen gives mean waits only, not {stat!r}")
     _check_levels(model, obs, meth)
     fixed, notes = _fixed(model, obs, **opts)
     problem = _Problem(model, obs, meth, stat, fixed)
@@ -900,7 +955,8 @@ class FitResult:
         kind : {"concurrency", "rate"}, optional
             Which form to evaluate (default: the kind of the fitted sweep).
         stats : sequence of str, default ("mean", "p50", "p95", "p99")
-            Statistics to compute (quantiles are NaN for models without a distribution).
+            Statistics to compute (approximate quantiles for ``mgc`` and ``batch``, see the
+            module docstring).
 
         Returns
         -------
@@ -1017,10 +1073,6 @@ class FitResult:
         max_rate, max_n, target = cap, 0, ""
         if targets:
             ((stat, value),) = targets.items()
-            if QUANTILES[stat] is not None and self._model.family == "batch":
-                raise ValueError(f"{stat}: the batch model predicts means only; plan with mean=")
-            if QUANTILES[stat] is not None and self.model == "mgc":
-                raise ValueError(f"{stat}: Allen-Cunneen gives means only; plan with mean=")
             target = f"{self.metric} {stat} <= {value:g} s"
             max_rate = self._max_rate(stat, value)
             max_n = self._max_concurrency(stat, value)

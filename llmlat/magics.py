@@ -121,6 +121,23 @@ def _sim_parser() -> MagicArgumentParser:
     return parser
 
 
+def _fit_parser() -> MagicArgumentParser:
+    parser = MagicArgumentParser(
+        prog="%llmfit",
+        description="Fit a queueing model to a sweep (a SweepResult or a DataFrame variable).",
+    )
+    parser.add_argument("name", help="variable holding the sweep, e.g. res from %%llmsweep -o res")
+    parser.add_argument("--model", default="auto", help="auto, mm1, mmc, mgc, closed or batch")
+    parser.add_argument("--metric", default="latency", choices=("latency", "ttft"))
+    parser.add_argument("--stat", default="mean", choices=("mean", "p50", "p95", "p99"))
+    parser.add_argument(
+        "--compare", action="store_true", help="show every model ranked by AIC instead"
+    )
+    parser.add_argument("-o", "--output", metavar="NAME", help="store the FitResult as NAME")
+    parser.add_argument("-h", "--help", action="store_true", help="show this help")
+    return parser
+
+
 def _split(line: str) -> list[str]:
     try:
         argv = shlex.split(line)
@@ -274,6 +291,40 @@ class LLMMagics(Magics):
             print(f"{sim!r}: {served} requests received")
             print(f"config: {sim.config}")
 
+    @line_magic
+    def llmfit(self, line: str) -> Any:
+        """Fit a queueing model to a measured sweep: ``%llmfit res [--model auto] [-o fit]``.
+
+        ::
+
+            %llmfit res                      # the best model by AIC, its summary shown
+            %llmfit res --model mmc -o fit   # c and mu of an M/M/c, stored as fit
+            %llmfit res --compare            # every model side by side
+
+        Returns the :class:`~llmlat.fitting.FitResult` (its summary shows under the cell), or
+        with ``--compare`` the table of models. Data that cannot identify a model is a one-line
+        error saying what to measure next.
+        """
+        from llmlat.fitting import compare, fit
+
+        line, quiet = _trailing_semicolon(line)
+        args = self._parse(_fit_parser(), line, argparse.Namespace())
+        if args is None:
+            return None
+        if args.name not in self.shell.user_ns:
+            raise UsageError(f"%llmfit: no variable named {args.name!r}")
+        data = self.shell.user_ns[args.name]
+        try:
+            if args.compare:
+                out = compare(data, metric=args.metric, stat=args.stat)
+            else:
+                out = fit(data, model=args.model, metric=args.metric, stat=args.stat)
+        except ValueError as exc:
+            raise UsageError(f"%llmfit: {exc}") from None
+        if args.output is not None:
+            self.shell.user_ns[args.output] = out
+        return None if quiet else out
+
     def stop_simulator(self) -> bool:
         """Stop the ``%llmsim`` simulator.
 
@@ -390,7 +441,7 @@ def _read_payload(path: Any) -> Any:
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
-    """Register ``%%llmsweep`` and ``%llmsim`` and the ``LLMSweep`` configurable.
+    """Register ``%%llmsweep``, ``%llmsim``, ``%llmfit`` and the ``LLMSweep`` configurable.
 
     Parameters
     ----------
@@ -415,5 +466,6 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
     if magics is not None:
         magics.stop_simulator()
         ipython.configurables[:] = [c for c in ipython.configurables if c is not magics.defaults]
-    manager.magics["cell"].pop("llmsweep", None)
-    manager.magics["line"].pop("llmsim", None)
+    for kind, names in LLMMagics.magics.items():
+        for name in names:
+            manager.magics[kind].pop(name, None)

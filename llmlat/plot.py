@@ -72,18 +72,20 @@ class _Sweep(NamedTuple):
     attempts: pd.DataFrame | None
     levels: pd.DataFrame | None
     meta: dict
+    every: pd.DataFrame  # warmup rows kept: summarize() counts their completions too
 
 
 def _tables(data: Any) -> _Sweep:
     """Validate ``data`` and return its measured requests with the other tables."""
     if isinstance(data, pd.DataFrame):
-        sweep = _Sweep(data, None, None, {})
+        sweep = _Sweep(data, None, None, {}, data)
     elif isinstance(getattr(data, "requests", None), pd.DataFrame):
         sweep = _Sweep(
             data.requests,
             getattr(data, "attempts", None),
             getattr(data, "levels", None),
             getattr(data, "meta", None) or {},
+            data.requests,
         )
     else:
         raise ValueError(
@@ -179,7 +181,7 @@ def _summary(sweep: _Sweep) -> pd.DataFrame:
     Adds ``attempt_429_rate``: the share of HTTP attempts answered 429, known only with an
     attempts table.
     """
-    table = summarize(sweep.requests, sweep.attempts, sweep.levels)
+    table = summarize(sweep.every, sweep.attempts, sweep.levels)
     table = table[table["n"] > 0].sort_values("level", ignore_index=True)
     attempts = table["n"] + table["retries"].astype("Float64")
     table["attempt_429_rate"] = (table["http_429"] / attempts).astype(float)
@@ -289,13 +291,6 @@ def _check_stats(stats: Sequence[str]) -> None:
         raise ValueError(f"stats: expected some of {list(_STATS)}, got {list(stats)}")
 
 
-def _comparable(stats: Sequence[str], fit: FitResult, curve: pd.DataFrame) -> tuple[str, ...]:
-    """Add the mean when the model predicts none of ``stats`` (batch, mgc): like with like."""
-    if "mean" in stats or any(curve[_fit_column(fit, s)].notna().any() for s in stats):
-        return tuple(stats)
-    return (*stats, "mean")
-
-
 def _cap_ylim(ax: Axes, observed_top: float) -> None:
     """Keep a fitted curve that runs off to infinity near saturation from flattening the data."""
     if np.isfinite(observed_top) and ax.get_ylim()[1] > 1.6 * observed_top:
@@ -342,8 +337,7 @@ def latency(
         A sweep, or a requests table with the record schema. Warmup rows are ignored.
     fit : FitResult, optional
         A model fitted to the same metric; its curve of each statistic is drawn over the
-        points, in the sweep's form (closed for concurrency, open for rate). A model that
-        predicts means only (``batch``, ``mgc``) adds the observed and fitted mean.
+        points, in the sweep's form (closed for concurrency, open for rate).
     metric : str, default "latency_s"
         The per-request time column to summarise, e.g. ``"ttft_s"``.
     stats : sequence of str, default ("p50", "p95")
@@ -378,7 +372,6 @@ def latency(
     if fit is not None:
         _fit_metric(fit, metric)
         curve = _fit_curve(fit, levels["level"].to_numpy(), kind, ("mean", *stats))
-        stats = _comparable(stats, fit, curve)
     points = _percentiles(requests, metric, stats)
     if points["value"].isna().all():
         raise ValueError(f"data: no successful request with a {metric!r} value")
@@ -462,7 +455,6 @@ def utilization(
     # a closed loop's own curve is flat, then vertical at 100%; the open form is the curve
     # that Poisson traffic (and so capacity planning) would see on the same station
     curves = {form: _fit_curve(fit, None, form, ("mean", *stats)) for form in {kind, "rate"}}
-    stats = _comparable(stats, fit, curves[kind])
     levels = _summary(sweep)
     util = pd.Series(levels["throughput_rps"].to_numpy() / fit.capacity_rps, index=levels["level"])
     points = _percentiles(sweep.requests, metric, stats)
@@ -723,8 +715,11 @@ def overview(data: Data, fit: FitResult | None = None) -> Figure:
     ]
     if fit is not None:
         panels.insert(1, lambda ax: utilization(data, fit, ax=ax))
-        ttft = requests["ttft_s"] if "ttft_s" in requests else pd.Series(dtype=float)
-        if (_ok(requests) & np.isfinite(_floats(ttft))).any():
+        # a table without the column (e.g. a public dataset) gets no TTFT panel
+        if (
+            "ttft_s" in requests
+            and (_ok(requests) & np.isfinite(_floats(requests["ttft_s"]))).any()
+        ):
             panels.append(lambda ax: ecdf(data, metric="ttft_s", ax=ax))
     cols = 2 if len(panels) <= 4 else 3
     with sns.axes_style(_STYLE):

@@ -52,7 +52,7 @@ from llmlat.schema import (
     Record,
     coerce,
 )
-from llmlat.summary import summarize
+from llmlat.summary import brief, summarize
 
 __all__ = ["DatasetWriter", "SweepResult", "read"]
 
@@ -70,23 +70,6 @@ _TABLES: dict[str, tuple[type, dict[str, str]]] = {
 _TAGS = {"r": "requests", "a": "attempts", "l": "levels"}
 
 _REPR_LEVELS = 8  # a longer list of levels is abridged in the reprs
-# columns shown by the HTML repr (the full table is .summary())
-_HTML_COLUMNS = [
-    "level",
-    "n",
-    "ok_rate",
-    "rate_limited_rate",
-    "throughput_rps",
-    "achieved_rate_rps",
-    "mean_in_flight",
-    "latency_p50_s",
-    "latency_p95_s",
-    "latency_p99_s",
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "steady",
-    "client_bound",
-]
 
 
 # ---------------------------------------------------------------- secrets and JSON-safe meta
@@ -469,11 +452,7 @@ class SweepResult:
     def _repr_html_(self) -> str:
         parts, counts = self._headline()
         head = " · ".join(html.escape(p) for p in [*parts, counts])
-        table = self.summary()
-        columns = [c for c in _HTML_COLUMNS if c in table.columns]
-        if "run_id" in table.columns:
-            columns.insert(0, "run_id")
-        body = table[columns].to_html(
+        body = brief(self.summary()).to_html(
             index=False, na_rep="–", float_format=lambda v: f"{v:.4g}", border=0
         )
         return f"<div><p><b>llmlat sweep</b> · {head}</p>{body}</div>"

@@ -16,8 +16,15 @@ Definitions (per level; warmup rows are left out unless asked for):
 - A row starts at ``t_scheduled`` (else ``t_sent``, else ``t_end - latency_s``) and ends at
   ``t_end`` (else start + ``latency_s``). ``span_s`` runs from the level's first start to its
   last end.
-- ``throughput_rps = ok / span_s``; ``output_tokens_per_s``: ``completion_tokens`` of the ok rows
-  over ``span_s`` (NaN if any ok row lacks the count: an undercount would be a silent guess).
+- ``throughput_rps``: the completion rate in the level's steady window, from its first end
+  ``a`` to its last start ``b``: ok completions in ``(a, b]`` over ``b - a``, counting the rows
+  of every phase that end there (a warmup that runs straight into the measured requests still
+  keeps the server busy inside the window). Outside the window the level fills (before its
+  first end) or drains (after its last start) with fewer requests in flight, which biases
+  ``ok / span_s`` low, by 5-25% at deep queues. Falls back to ``ok / span_s`` when the window
+  holds fewer than two ok completions. ``output_tokens_per_s``: ``completion_tokens`` of the same
+  completions over the same time (NaN if any lacks the count: an undercount would be a silent
+  guess).
 - ``target_rate_rps``: the level of a ``rate`` sweep. ``achieved_rate_rps``: sends per second,
   ``(k - 1) / (last t_sent - first t_sent)`` over the k rows that were sent (``t_scheduled`` when
   ``t_sent`` is absent), so a client that fell behind its schedule shows it.
@@ -52,7 +59,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["PERCENTILES", "SUMMARY_COLUMNS", "summarize"]
+__all__ = ["BRIEF_COLUMNS", "PERCENTILES", "SUMMARY_COLUMNS", "brief", "summarize"]
 
 #: Percentiles reported for latency, TTFT and ITL.
 PERCENTILES = (50, 90, 95, 99)
@@ -101,6 +108,51 @@ _LAG_BOUND = 0.10
 _PHASES = ("measure", "warmup")
 
 
+#: The summary columns worth a terminal's or a notebook's width, in order.
+BRIEF_COLUMNS = (
+    "level",
+    "n",
+    "ok_rate",
+    "rate_limited_rate",
+    "throughput_rps",
+    "achieved_rate_rps",
+    "mean_in_flight",
+    "latency_p50_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "itl_p50_s",
+    "steady",
+    "client_bound",
+)
+
+
+def brief(summary: pd.DataFrame) -> pd.DataFrame:
+    """Keep the key columns of a summary (:data:`BRIEF_COLUMNS`) for display.
+
+    ``achieved_rate_rps`` is kept only for open-loop levels, where it can differ from the
+    target; ``run_id`` leads when the summary spans several runs.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        A table from :func:`summarize`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The same rows, fewer columns.
+    """
+    open_loop = "level_kind" in summary.columns and (summary["level_kind"] == "rate").any()
+    columns = [
+        c for c in BRIEF_COLUMNS if c in summary.columns and (open_loop or c != "achieved_rate_rps")
+    ]
+    if "run_id" in summary.columns:
+        columns.insert(0, "run_id")
+    return summary[columns]
+
+
 def summarize(
     requests: pd.DataFrame,
     attempts: pd.DataFrame | None = None,
@@ -146,12 +198,14 @@ def summarize(
         rows = rows[keep.fillna(phase == "measure").to_numpy(bool)]
     keys = _keys(requests)
     groups = dict(iter(rows.groupby(keys, sort=False, dropna=False))) if len(rows) else {}
+    # every phase, for the completions inside a level's steady window
+    every = groups if rows is requests else dict(iter(requests.groupby(keys, dropna=False)))
     level_rows = _level_rows(levels, keys)
     tried = _tried_429(rows, attempts, keys)
     out = []
     for key in sorted(set(groups) | set(level_rows), key=_sort_key):
         frame = groups.get(key, rows.iloc[:0])
-        stats = _level_stats(frame, dict(zip(keys, key, strict=True)))
+        stats = _level_stats(frame, dict(zip(keys, key, strict=True)), every.get(key, frame))
         stats["http_429"] = pd.NA if tried is None else tried.get(key, 0)
         stats.update(_client_stats(level_rows.get(key), _typical_latency(frame, stats)))
         out.append(stats)
@@ -254,7 +308,7 @@ def _send_rate(frame: pd.DataFrame) -> float:
     return (len(sent) - 1) / float(sent.max() - sent.min())
 
 
-def _level_stats(frame: pd.DataFrame, key: dict[str, Any]) -> dict[str, Any]:
+def _level_stats(frame: pd.DataFrame, key: dict[str, Any], every: pd.DataFrame) -> dict[str, Any]:
     n = len(frame)
     ok = _ok(frame)
     n_ok = int(ok.sum())
@@ -278,8 +332,7 @@ def _level_stats(frame: pd.DataFrame, key: dict[str, Any]) -> dict[str, Any]:
         if "attempts" in frame.columns
         else pd.NA,
         "span_s": span,
-        "throughput_rps": n_ok / span,
-        "output_tokens_per_s": _tokens(frame, ok) / span,
+        **_rates(frame, ok, start[done], end[done], every, n_ok / span, _tokens(frame, ok) / span),
         "target_rate_rps": float(key["level"]) if kind == "rate" else math.nan,
         "achieved_rate_rps": _send_rate(frame),
         "mean_in_flight": in_flight,
@@ -293,6 +346,28 @@ def _level_stats(frame: pd.DataFrame, key: dict[str, Any]) -> dict[str, Any]:
     population = float(key["level"]) if kind == "concurrency" else stats["mean_in_flight"]
     stats["steady"] = _steady(start[done], end[done], latency[done], n, population)
     return stats
+
+
+def _rates(
+    frame: pd.DataFrame,
+    ok: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    every: pd.DataFrame,
+    rps: float,
+    tps: float,
+) -> dict[str, float]:
+    """Completion and token rates in the steady window (see the module docstring)."""
+    if len(start):
+        a, b = float(end.min()), float(start.max())
+        if every is not frame:
+            frame, ok = every, _ok(every)
+        ends = _intervals(frame)[1]
+        inside = ok & (ends > a) & (ends <= b)
+        if b > a and inside.sum() >= 2:
+            rps = float(inside.sum()) / (b - a)
+            tps = _tokens(frame, inside) / (b - a)
+    return {"throughput_rps": rps, "output_tokens_per_s": tps}
 
 
 def _tokens(frame: pd.DataFrame, ok: np.ndarray) -> float:

@@ -21,25 +21,6 @@ from typing import Any
 
 __all__ = ["add_parser", "options_from_args", "read_payload", "warn_client_bound"]
 
-# summary columns worth a terminal's width, in order (the others stay in the saved dataset)
-_TABLE_COLUMNS = (
-    "level",
-    "n",
-    "ok_rate",
-    "rate_limited_rate",
-    "throughput_rps",
-    "achieved_rate_rps",
-    "mean_in_flight",
-    "latency_p50_s",
-    "latency_p95_s",
-    "latency_p99_s",
-    "ttft_p50_s",
-    "ttft_p95_s",
-    "itl_p50_s",
-    "steady",
-    "client_bound",
-)
-
 
 def _list_of(kind: type, name: str) -> Any:
     def parse(text: str) -> list:
@@ -222,16 +203,14 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from llmlat.summary import brief
     from llmlat.sweeps import sweep
 
     warnings.formatwarning = _one_line_warning
     payload = args.prompt if args.payload is None else read_payload(args.payload)
     result = sweep(payload, **options_from_args(args))
     summary = result.summary()
-    table = summary[[c for c in _TABLE_COLUMNS if c in summary.columns]]
-    if result.meta.get("level_kind") != "rate":
-        table = table.drop(columns=["achieved_rate_rps"], errors="ignore")
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    print(brief(summary).to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
     warn_client_bound(summary)
     if args.save is not None:
         print(f"saved {len(result.requests)} requests to {args.save}", file=sys.stderr)

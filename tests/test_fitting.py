@@ -137,7 +137,7 @@ def test_batch_bootstrap_interval_is_seeded(batch_data):
 # -- public closed-loop data ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", datasets.list())
+@pytest.mark.parametrize("name", datasets.list(kind="table"))
 def test_public_closed_loop_data_reproduced_within_15_percent(name):
     table = datasets.load(name)
     assert "Apache-2.0" in table.attrs["source"]
@@ -197,7 +197,8 @@ def test_predict_and_curve(mmc_fit):
     curve = mmc_fit.curve()
     assert curve["load"].is_monotonic_increasing
     assert {1.0, 16.0} <= set(curve["load"])
-    assert curve["latency_mean_s"].is_monotonic_increasing
+    # flat at 1 / mu up to c (equal up to rounding: N / (N mu)), then rising
+    assert np.all(np.diff(curve["latency_mean_s"]) >= -1e-12)
     with pytest.raises(ValueError, match="load"):
         mmc_fit.predict([0.5])
 
@@ -299,3 +300,53 @@ def test_fit_result_plot_draws_over_its_data(mmc_fit, tmp_path):
     assert path.stat().st_size > 0
     with pytest.raises(ValueError, match="kind:"):
         mmc_fit.plot("pie")
+
+
+# -- response-time quantiles of batch and mgc, throughput, large data ----------------------------
+
+
+def test_batch_quantiles_match_the_data_and_plan_a_p95(batch_data):
+    res = fit(batch_data, model="batch")
+    measured = batch_data.groupby("level")["latency_s"].quantile([0.5, 0.95, 0.99]).unstack()
+    pred = res.predict(measured.index.to_numpy()).set_index("load")
+    for p, col in ((0.5, "latency_p50_s"), (0.95, "latency_p95_s"), (0.99, "latency_p99_s")):
+        assert pred[col].to_numpy() == pytest.approx(measured[p].to_numpy(), rel=0.07), col
+    plan = res.plan(p95=1.0)
+    at = res.predict([plan.max_concurrency, plan.max_concurrency + 1])["latency_p95_s"]
+    assert at.iloc[0] <= 1.0 < at.iloc[1]
+    assert res.curve()["latency_p95_s"].notna().all()
+
+
+def test_mgc_quantiles_and_p95_plan():
+    c, mu = 4, 2.0
+    req = mmc_open_requests([1.6, 2.4, 4.0, 4.8], mu, c, n=6000, seed=5, cv_s=0.5)
+    res = fit(req, model="mgc")
+    assert res.fixed["cv_s"] == pytest.approx(0.5, rel=0.1)
+    measured = req.groupby("level")["latency_s"].quantile(0.95)
+    pred = res.predict(measured.index.to_numpy())["latency_p95_s"]
+    assert pred.to_numpy() == pytest.approx(measured.to_numpy(), rel=0.08)
+    plan = res.plan(p95=1.5)
+    at = res.predict([plan.max_rate_rps], kind="rate")["latency_p95_s"].iloc[0]
+    assert at == pytest.approx(1.5, rel=1e-3)
+
+
+def test_throughput_is_the_summary_steady_window_rate():
+    # N = 16 clients on 4 servers of rate 2: saturated, X = 8/s; one definition everywhere
+    req = mmc_closed_requests([2, 16], mu=2.0, c=4, n=4000, seed=9)
+    res = fit(req, model="mmc")
+    summary = llmlat.summary.summarize(req).set_index("level")["throughput_rps"]
+    assert res.levels["throughput_rps"].to_numpy() == pytest.approx(summary.to_numpy())
+    assert res.levels.loc[16.0, "throughput_rps"] == pytest.approx(8.0, rel=0.05)
+
+
+def test_maximum_likelihood_on_binned_times_matches_every_time(monkeypatch):
+    import llmlat.fitting as fitting
+
+    req = mmc_closed_requests([1, 2, 4, 8], mu=2.0, c=2, n=3000, seed=10)
+    exact = fit(req, model="closed")
+    monkeypatch.setattr(fitting, "_BINS", 200)  # every level now binned (3000 > 2 x 200)
+    binned = fit(req, model="closed")
+    assert binned.params["c"] == exact.params["c"]
+    se = exact.bse["mu"]
+    assert abs(binned.params["mu"] - exact.params["mu"]) < 0.2 * se
+    assert binned.llf == pytest.approx(exact.llf, rel=1e-4)  # reported on every request

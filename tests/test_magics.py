@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def test_load_unload_reload() -> None:
         assert "llmsweep" not in ip.magics_manager.magics["cell"]
         ip.run_line_magic("load_ext", "llmlat")
         assert "llmsweep" in ip.magics_manager.magics["cell"]
-        assert "llmsim" in ip.magics_manager.magics["line"]
+        assert {"llmsweep", "llmsim", "llmfit"} <= set(ip.magics_manager.magics["line"])
         assert sum(isinstance(c, LLMSweep) for c in ip.configurables) == 1
         ip.run_line_magic("llmsim", f"start {FAST_SIM}")
         sim = _magics(ip).simulator
@@ -96,7 +97,8 @@ def test_load_unload_reload() -> None:
         assert "llmsweep" in ip.magics_manager.magics["cell"]
         ip.run_line_magic("unload_ext", "llmlat")
         assert "llmsweep" not in ip.magics_manager.magics["cell"]
-        assert "llmsim" not in ip.magics_manager.magics["line"]
+        for name in ("llmsweep", "llmsim", "llmfit"):
+            assert name not in ip.magics_manager.magics["line"]
         assert not any(isinstance(c, LLMSweep) for c in ip.configurables)
     finally:
         if was_loaded:
@@ -503,3 +505,35 @@ def test_sigint_mid_sweep_keeps_and_saves_the_partial_result(nested: bool, tmp_p
     ]
     assert "Traceback" not in proc.stderr
     assert "was destroyed but it is pending" not in proc.stderr
+
+
+# ---------------------------------------------------------------- %llmfit
+
+
+def test_llmfit_fits_stores_and_compares(ip: InteractiveShell) -> None:
+    from llmlat._synth import mmc_closed_requests
+
+    ip.user_ns["synth"] = mmc_closed_requests([1, 2, 4, 8, 16], mu=2.0, c=4, n=400, seed=5)
+    shown = ip.run_line_magic("llmfit", "synth --model mmc -o fitted")
+    assert shown is ip.user_ns["fitted"]
+    assert shown.params["c"] == 4
+    assert shown.params["mu"] == pytest.approx(2.0, rel=0.1)
+    assert ip.run_line_magic("llmfit", "synth --model mmc;") is None
+    table = ip.run_line_magic("llmfit", "synth --compare")
+    assert {"mmc", "mm1"} <= set(table.index)
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("nothing_here", "no variable named 'nothing_here'"),
+        ("one_level", "%llmfit:"),
+        ("one_level --metric bogus", "--metric"),
+    ],
+)
+def test_llmfit_bad_input_is_a_usage_error(ip: InteractiveShell, line: str, needle: str) -> None:
+    from llmlat._synth import mmc_closed_requests
+
+    ip.user_ns["one_level"] = mmc_closed_requests([4], mu=2.0, c=4, n=50, seed=1)
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        ip.run_line_magic("llmfit", line)

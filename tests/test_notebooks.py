@@ -50,7 +50,11 @@ def test_the_quickstart_exists() -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_clean(path: Path, kernel_specs: KernelSpecManager) -> None:
+def test_notebook_runs_clean(
+    path: Path, kernel_specs: KernelSpecManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the notebooks save what they measure; a test run must not rewrite the committed datasets
+    monkeypatch.setenv("LLMLAT_DATASETS_DIR", str(tmp_path))
     nb = nbformat.read(path, as_version=4)
     km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
     runner = NotebookClient(

@@ -344,16 +344,17 @@ def test_latency_overlays_the_fitted_quantiles(unthrottled, mmc_fit, tmp_path):
     assert all(bar.lines[0].get_linestyle() == "None" for bar in ax.containers)
 
 
-def test_means_only_model_is_compared_on_means():
-    # Allen-Cunneen M/G/c predicts mean waits only: the plot adds the observed mean to match
+def test_mgc_draws_its_quantile_curves():
+    # M/G/c quantiles (gamma service with the measured CV, Allen-Cunneen wait) are drawn
+    # like M/M/c's, over the observed p50 and p95
     data = _simulate("rate", (1.0, 2.0, 4.0, 6.0, 7.0), queue_cap=10**6)
     fit = llmlat.fit(data, model="mgc")
     ax = plot.latency(data, fit).axes[0]
-    assert [c.get_label() for c in ax.containers][-1] == "observed mean (95% CI)"
-    assert [label for label in _labels(ax) if "fit" in label] == ["mgc fit mean"]
+    assert [c.get_label() for c in ax.containers][-1] == "observed p95 (95% CI)"
+    assert [label for label in _labels(ax) if "fit" in label] == ["mgc fit p50", "mgc fit p95"]
     assert ax.get_xlabel() == "offered rate (req/s)"
     ax = plot.utilization(data, fit).axes[0]
-    assert [label for label in _labels(ax) if "fit" in label] == ["mgc fit mean"]
+    assert [label for label in _labels(ax) if "fit" in label][:2] == ["mgc fit p50", "mgc fit p95"]
 
 
 def test_utilization_axis_and_marks(unthrottled, mmc_fit, tmp_path):
@@ -398,6 +399,15 @@ def test_overview_with_fit_is_a_2x3_grid(unthrottled, mmc_fit, tmp_path):
     assert fig.axes[1].get_title() == "Latency vs utilization"
     assert fig.axes[5].get_xlabel() == "time to first token (s)"
     _save(fig, tmp_path, "overview-fit")
+
+
+def test_overview_with_fit_on_a_table_without_ttft(unthrottled, mmc_fit, tmp_path):
+    # a public dataset may have no ttft_s column at all: no TTFT panel, no crash
+    fig = plot.overview(unthrottled.requests.drop(columns=["ttft_s"]), mmc_fit)
+    assert sum(ax.axison for ax in fig.axes) == 5
+    for ax in fig.axes[:5]:
+        _labelled(ax)
+    _save(fig, tmp_path, "overview-fit-no-ttft")
 
 
 def test_fit_that_does_not_match_the_plot_is_refused(unthrottled, mmc_fit):

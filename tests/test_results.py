@@ -78,7 +78,9 @@ def test_percentiles_and_means_match_hand_computed_values():
         for stat, value in expected.items():
             assert row[f"{name}_{stat}_s"] == pytest.approx(value * scale, rel=1e-12)
     assert row["span_s"] == pytest.approx(5151.0)  # 1 + 2 + ... + 101
-    assert row["throughput_rps"] == pytest.approx(101 / 5151)
+    # steady window: first end (latencies[0]) to last start (5151 - latencies[100]), 99 ends
+    window = 5151 - latencies[0] - latencies[100]
+    assert row["throughput_rps"] == pytest.approx(99 / window)
     assert row["mean_in_flight"] == pytest.approx(1.0)
 
 
@@ -115,8 +117,9 @@ def test_rates_throughput_and_littles_law_by_hand():
     assert row["http_429"] == 7  # 1 before request 5's success + 2 for each of 6, 7, 8
     assert row["retries"] == 4
     assert row["span_s"] == pytest.approx(10.0)  # first send at 0, last end at 10
-    assert row["throughput_rps"] == pytest.approx(0.6)
-    assert row["output_tokens_per_s"] == pytest.approx(6.0)  # 6 x 10 tokens over 10 s
+    # steady window (first end 1, last start 9]: ok ends 2..6
+    assert row["throughput_rps"] == pytest.approx(5 / 8)
+    assert row["output_tokens_per_s"] == pytest.approx(50 / 8)  # 5 x 10 tokens over 8 s
     assert row["target_rate_rps"] == 1.0
     assert row["achieved_rate_rps"] == pytest.approx(1.0)  # 9 gaps over 9 s
     assert row["mean_in_flight"] == pytest.approx(1.0)
