@@ -3,7 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 # A newer interpreter for the IPython/nest-asyncio tests (issue: catch breakage on new Pythons).
-PY313 ?= $(shell command -v python3.13 2>/dev/null || ls $$HOME/.pyenv/versions/3.13*/bin/python3.13 2>/dev/null | tail -n 1)
+# (pyenv installs a python3.13 shim that fails when 3.13 is not selected: try each candidate)
+PY313 ?= $(shell for p in python3.13 $$HOME/.pyenv/versions/3.13*/bin/python3.13; do \
+	$$p -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV := .venv
 PIP_FLAGS := --disable-pip-version-check --quiet
 
