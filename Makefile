@@ -38,7 +38,7 @@ test-py313:
 	@if [ -z "$(PY313)" ]; then echo "python3.13 not found: magic tests on 3.13 skipped"; exit 0; fi; \
 	set -e; test -x .venv313/bin/python || $(PY313) -m venv .venv313; \
 	.venv313/bin/pip install $(PIP_FLAGS) -e '.[test]'; \
-	.venv313/bin/python -m pytest -m magics -p no:cacheprovider
+	.venv313/bin/python -m pytest -m "magics and not analysis" -p no:cacheprovider
 
 bench: $(VENV)/.stamp-test
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done
