@@ -897,12 +897,14 @@ class FitResult:
         nfree = len(m.free)
         th = self._est.theta[:nfree]
         se = np.sqrt(np.diag(self._est.cov))[:nfree]
+        # a bounded parameter's interval stays within its bounds (join_steps in [0.001, 1])
+        lo, hi = self._problem._bounds(self._est.k, len(self._est.theta))
         rows = {}
         if m.integer:
             rows[m.integer] = self._integer_interval(alpha)
         with np.errstate(over="ignore"):  # an unidentified parameter: (0, inf)
-            for name, t, s in zip(m.free, th, se, strict=True):
-                rows[name] = (np.exp(t - z * s), np.exp(t + z * s))
+            for i, (name, t, s) in enumerate(zip(m.free, th, se, strict=True)):
+                rows[name] = (np.exp(max(t - z * s, lo[i])), np.exp(min(t + z * s, hi[i])))
         return pd.DataFrame(rows, index=["lower", "upper"]).T
 
     def _integer_interval(self, alpha: float) -> tuple[float, float]:

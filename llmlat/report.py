@@ -68,6 +68,7 @@ def build_report(
     tpm: float | None = None,
     fit: Any = None,
     title: str = "llmlat report",
+    notes: list[str] | None = None,
 ) -> Report:
     """Fit, plan and write the report of a sweep.
 
@@ -87,6 +88,8 @@ def build_report(
         An existing fit to report instead of fitting ``model``.
     title : str, default "llmlat report"
         The page title.
+    notes : list of str, optional
+        Lines shown at the top of the page (e.g. how the fit was made).
 
     Returns
     -------
@@ -95,7 +98,7 @@ def build_report(
     """
     from llmlat.fitting import fit as fit_model
 
-    notes: list[str] = []
+    notes = list(notes or [])
     if fit is None:
         try:
             fit = fit_model(result, model=model)
