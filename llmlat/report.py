@@ -15,13 +15,13 @@ from typing import Any
 
 __all__ = ["Report", "build_report", "write_report"]
 
-# figure name -> (plot function, needs a fit)
+# llmlat.plot function -> how it uses a fit: overlays it, needs it, or takes none
 _FIGURES = {
-    "latency": ("latency", False),
-    "throughput": ("throughput", False),
-    "utilization": ("utilization", True),
-    "ecdf": ("ecdf", False),
-    "errors": ("errors", False),
+    "latency": "overlay",
+    "throughput": "overlay",
+    "utilization": "required",
+    "ecdf": None,
+    "errors": None,
 }
 
 _CSS = """
@@ -150,12 +150,12 @@ def write_report(
     result.save(out / "sweep.parquet")
     report = Report(path=out / "index.html", fit=fit, plan=plan, notes=list(notes or []))
     with matplotlib.rc_context({"figure.dpi": 100}):
-        for name, (func, needs_fit) in _FIGURES.items():
-            if needs_fit and fit is None:
+        for name, uses_fit in _FIGURES.items():
+            if uses_fit == "required" and fit is None:
                 continue
-            kwargs = {"fit": fit} if func in ("latency", "throughput", "utilization") else {}
+            kwargs = {"fit": fit} if uses_fit else {}
             try:
-                figure = getattr(plot, func)(result, **kwargs)
+                figure = getattr(plot, name)(result, **kwargs)
             except ValueError as exc:
                 report.notes.append(f"Figure {name} left out: {exc}")
                 continue
