@@ -11,9 +11,10 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["DEMO_LEVELS", "run_demo"]
 
@@ -67,6 +68,8 @@ def run_demo(
     pathlib.Path
         The report's ``index.html``.
     """
+    import pandas as pd
+
     from llmlat.report import build_report
     from llmlat.sim import SimConfig
     from llmlat.summary import brief

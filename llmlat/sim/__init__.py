@@ -30,7 +30,21 @@ Examples
 ...     print(sim.url)  # POST {sim.url}/v1/chat/completions
 """
 
+from typing import TYPE_CHECKING, Any
+
 from llmlat.sim.config import PRESETS, SimConfig, config_from_options
-from llmlat.sim.simulator import Simulator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llmlat.sim.simulator import Simulator
 
 __all__ = ["PRESETS", "SimConfig", "Simulator", "config_from_options"]
+
+
+def __getattr__(name: str) -> Any:
+    # the server (aiohttp, pandas) loads on first use: `llmlat --help` and the option list
+    # of `llmlat sim` / `%llmsim` need only the config
+    if name == "Simulator":
+        from llmlat.sim.simulator import Simulator
+
+        return Simulator
+    raise AttributeError(f"module 'llmlat.sim' has no attribute {name!r}")
