@@ -8,11 +8,15 @@ pinned to the other. Printed:
    and client CPU milliseconds per request (best of three runs, and the median: other work on
    a shared machine only ever slows a run down). The same again against a minimal asyncio server
    that answers a canned 16-token stream, to separate the client's cost from the simulator's.
+   Baseline in the same run: a closed loop on aiohttp's ``ClientSession`` that reads each answer
+   and parses nothing (what llmlat's client cost before it got its own HTTP/1.1 transport).
 2. Accuracy: 32-token streams, about 20 ms to the first token and 2 ms between tokens, at 1, 16
    and 128 in flight: p50 / p99 of (client TTFT - server TTFT) and (client end-to-end - server
    end-to-end), joined per request on ``x-llmlat-request-id`` with the simulator's truth table
    (its times are absolute ``perf_counter`` seconds, the same clock as the client's).
 3. Start-up: CPU seconds of a fresh ``python`` that runs a one-request sweep; peak memory.
+   Baselines: a fresh ``python`` that does nothing, and one that imports pandas (which the
+   result's tables need).
 
 The machine's load average is printed before and after: the accuracy figures mean little when
 other processes compete for the two cores.
@@ -184,6 +188,33 @@ async def bare_loop(url: str, n: int, requests: int) -> tuple[float, float]:
     return requests / wall, cpu / requests * 1e3
 
 
+async def aiohttp_loop(url: str, n: int, requests: int) -> tuple[float, float]:
+    """Baseline: closed loop on aiohttp's ClientSession, answers read and not parsed."""
+    import aiohttp
+
+    from llmlat.endpoints import get_endpoint
+
+    endpoint = get_endpoint("openai-chat")
+    payload = {"messages": [{"role": "user", "content": PROMPT}]}
+    body = json.dumps(endpoint.body(payload, model="bench")).encode()
+    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+
+        async def worker(count: int) -> None:
+            for _ in range(count):
+                async with session.post(endpoint.url(url), data=body, headers=headers) as resp:
+                    while await resp.content.readany():
+                        pass
+                    assert resp.status == 200
+
+        await asyncio.gather(*(worker(4) for _ in range(n)))  # open the connections
+        cpu, wall = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(worker(requests // n + (i < requests % n)) for i in range(n)))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return requests / wall, cpu / requests * 1e3
+
+
 async def throughput(url: str, requests: int, repeat: int) -> dict[str, list[tuple[float, float]]]:
     """(requests/s, CPU ms per request) of each way of driving the client, ``repeat`` times."""
     out: dict[str, list[tuple[float, float]]] = {}
@@ -199,6 +230,7 @@ async def throughput(url: str, requests: int, repeat: int) -> dict[str, list[tup
             "asweep, level only": (requests / span, level["cpu_s"] / requests * 1e3),
             "asweep, whole call": (requests / wall, cpu / requests * 1e3),
             "Client.send loop": await bare_loop(url, 128, requests),
+            "aiohttp, no parsing": await aiohttp_loop(url, 128, requests),
         }
         for how, pair in figures.items():
             out.setdefault(how, []).append(pair)
@@ -238,20 +270,27 @@ async def accuracy(server: Server, levels: dict[int, int], tag: str = "") -> pd.
     return pd.DataFrame(rows)
 
 
-def startup_cpu(url: str) -> tuple[float, float]:
-    """CPU seconds of a fresh interpreter: importing llmlat.client, and a one-request sweep."""
-    code_import = "import llmlat.client"
-    code_sweep = (
-        f"import llmlat; r = llmlat.sweep('hi', url={url!r}, model='bench', concurrency=[1], "
-        "requests=1, progress=False); assert r.requests['ok'].all()"
-    )
-    out = []
-    for code in (code_import, code_sweep):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        out.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return out[0], out[1]
+def startup_cpu(url: str, repeat: int) -> dict[str, float]:
+    """CPU seconds of fresh interpreters (the least of ``repeat`` runs each)."""
+    codes = {
+        "python doing nothing": "pass",
+        "python + import pandas": "import pandas",
+        "python + import llmlat.client": "import llmlat.client",
+        "python + one-request llmlat.sweep": (
+            f"import llmlat; r = llmlat.sweep('hi', url={url!r}, model='bench', "
+            "concurrency=[1], requests=1, progress=False); assert r.requests['ok'].all()"
+        ),
+    }
+    out = {}
+    for label, code in codes.items():
+        runs = []
+        for _ in range(repeat):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            runs.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        out[label] = min(runs)
+    return out
 
 
 def main() -> None:
@@ -297,12 +336,12 @@ def main() -> None:
         table = loop.run_until_complete(accuracy(server, levels))
         with pd.option_context("display.width", 200, "display.precision", 2):
             print(table.to_string(index=False))
-        print("\n3. start-up and memory")
-        imp, one = startup_cpu(server.url)
+        print(f"\n3. start-up (least of {repeat} runs) and memory")
+        startup = startup_cpu(server.url, repeat)
     finally:
         server.close()
-    print(f"   fresh python + import llmlat.client: {imp:.2f} s CPU")
-    print(f"   fresh python + one-request llmlat.sweep: {one:.2f} s CPU")
+    for label, seconds in startup.items():
+        print(f"   fresh {label:34s} {seconds:.2f} s CPU")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"   peak memory of this client process: {peak:.0f} MiB")
     print("machine load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))

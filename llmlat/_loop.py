@@ -47,8 +47,8 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     Parameters
     ----------
     coro : coroutine
-        The coroutine to run. It must create its own loop-bound resources (an aiohttp session
-        belongs to the loop it was created in), since the loop depends on the context.
+        The coroutine to run. It must create its own loop-bound resources (connections and
+        futures belong to the loop they were made in), since the loop depends on the context.
 
     Returns
     -------

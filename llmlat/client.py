@@ -24,9 +24,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
-from yarl import URL
-
+from llmlat import __version__
+from llmlat._http import BadResponse, ConnectionFailed, Pool, Response
 from llmlat.endpoints import (
     API_NAMES,
     BodyResult,
@@ -262,14 +261,17 @@ def classify_status(status: int) -> str | None:
 
 
 def _retry_after(headers: Any) -> float:
-    """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date); NaN if none."""
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date); NaN if none.
+
+    ``headers`` has lower-case names, as :class:`llmlat._http.Response` keeps them.
+    """
     value = headers.get("retry-after-ms")
     if value is not None:
         try:
             return max(0.0, float(value) / 1000.0)
         except ValueError:
             pass
-    value = headers.get("Retry-After")
+    value = headers.get("retry-after")
     if value is None:
         return _NAN
     try:
@@ -280,16 +282,6 @@ def _retry_after(headers: Any) -> float:
         except (TypeError, ValueError, IndexError):
             return _NAN
     return max(0.0, seconds) if math.isfinite(seconds) else _NAN
-
-
-def _connection_error(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return "connection dropped before the answer was complete"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "server closed the connection"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect: {exc.os_error.strerror or type(exc.os_error).__name__}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _error_message(raw: bytes) -> str:
@@ -310,7 +302,7 @@ class Client:
     """Sends logical requests to one target and measures each into a Record.
 
     Use as ``async with Client(target, retry, run_id=..., t0_ns=..., seed=...) as client:``
-    inside the event loop that will run the requests (the HTTP session is created there).
+    inside the event loop that will run the requests (its connections belong to that loop).
 
     Parameters
     ----------
@@ -343,38 +335,34 @@ class Client:
         self.t0_ns = t0_ns
         self.seed = seed
         self._endpoint = get_endpoint(target.api)
-        self._url = URL(self._endpoint.url(target.url))
-        self._session: aiohttp.ClientSession | None = None
-        self._headers: dict[str, str] = {}
+        self._url = self._endpoint.url(target.url)
+        self._pool: Pool | None = None
+        self._head = b""  # request line and the headers every request shares
         self._secret: str | None = None
         self._last: tuple[Any, bytes] = (None, b"")
 
     async def __aenter__(self) -> Client:
-        """Read the API key and open the HTTP session in the running loop."""
+        """Read the API key and make the connection pool (connections open as needed)."""
         self._secret = self.target.api_key()
-        headers = self._endpoint.headers(self._secret)
+        headers = {"User-Agent": f"llmlat/{__version__}", "Accept": "*/*"}
+        headers.update(self._endpoint.headers(self._secret))
         headers["Accept-Encoding"] = "identity"  # the stream is parsed as it arrives, raw
         if self.target.headers:
             headers.update(self.target.headers)
-        self._headers = headers
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30.0)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=self.target.timeout_s),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=False,
-        )
+        pool = Pool(self._url)
+        self._head = pool.head("POST", self._url, headers)
+        self._pool = pool
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        """Close the HTTP session."""
+        """Close the connections."""
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP session (idempotent)."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the connections (idempotent)."""
+        if self._pool is not None:
+            await self._pool.aclose()
+            self._pool = None
 
     def __repr__(self) -> str:
         return f"Client({self.target!r}, {self.retry!r}, run_id={self.run_id!r})"
@@ -412,7 +400,7 @@ class Client:
         RuntimeError
             If the client was not started (``async with``).
         """
-        if self._session is None:
+        if self._pool is None:
             raise RuntimeError("Client.send: use 'async with Client(...)' first")
         target = self.target
         if payload is self._last[0]:
@@ -481,67 +469,60 @@ class Client:
         self, att: Attempt, body: bytes, rid: str, parser: StreamParser | None
     ) -> StreamParser | BodyResult | None:
         """One HTTP attempt: fills ``att``; returns what the answer said (parser or body)."""
-        assert self._session is not None
+        assert self._pool is not None
         t0 = self.t0_ns
-        headers = self._headers.copy()
-        headers["x-llmlat-request-id"] = rid
+        data = b"%sx-llmlat-request-id: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            self._head,
+            rid.encode(),
+            len(body),
+            body,
+        )
+        resp = Response(parser.feed if parser is not None else None)
+        out: StreamParser | BodyResult | None = parser
         t = time.perf_counter_ns()
         att.t_sent = (t - t0) / 1e9
-        out: StreamParser | BodyResult | None = parser
         try:
-            async with self._session.post(
-                self._url, data=body, headers=headers, allow_redirects=False
-            ) as resp:
-                t = time.perf_counter_ns()
-                att.t_first_byte = (t - t0) / 1e9
-                status = att.status = resp.status
-                kind = classify_status(status)
-                if kind is not None:
-                    att.retry_after_s = _retry_after(resp.headers)
-                    raw = await resp.read()
-                    t = time.perf_counter_ns()
-                    msg = f"HTTP {status}: {_error_message(raw)}" if raw else f"HTTP {status}"
-                    att.error_kind, att.error = kind, clean_error(msg, self._secret)
-                elif parser is not None:
-                    content = resp.content
-                    feed = parser.feed
-                    while True:
-                        data = await content.readany()
-                        t = time.perf_counter_ns()
-                        if not data:
-                            break
-                        feed(data, t)
-                        if parser.error is not None:
-                            break
-                    parser.close(t)
-                    if parser.error is not None:
-                        att.error_kind = parser.error_kind
-                        att.error = clean_error(parser.error, self._secret)
-                    elif not parser.done:
-                        att.error_kind = "protocol"
-                        att.error = (
-                            "stream ended before the answer was complete"
-                            if parser.times or resp.content_type == "text/event-stream"
-                            else f"expected an event stream, got {resp.content_type}"[:120]
-                        )
-                else:
-                    out = self._endpoint.parse_body(await resp.read())
-                    t = time.perf_counter_ns()
-                    if out.error is not None:
-                        att.error_kind = out.error_kind
-                        att.error = clean_error(out.error, self._secret)
+            async with asyncio.timeout(self.target.timeout_s):
+                await self._pool.send(data, resp)
+            t = resp.t_end_ns
         except TimeoutError:
             t = time.perf_counter_ns()
             att.error_kind = "timeout"
             att.error = f"no complete answer within timeout_s={self.target.timeout_s:g}"
-        except (aiohttp.ClientError, OSError) as exc:
-            t = time.perf_counter_ns()
-            att.error_kind = "connection"
-            att.error = clean_error(_connection_error(exc), self._secret)
-        except Exception as exc:  # an instrument records what happened, it does not crash
-            t = time.perf_counter_ns()
-            att.error_kind = "protocol"
-            att.error = clean_error(f"unexpected {type(exc).__name__}: {exc}", self._secret)
+        except ConnectionFailed as exc:
+            t = resp.t_end_ns or time.perf_counter_ns()
+            att.error_kind, att.error = "connection", clean_error(str(exc), self._secret)
+        except BadResponse as exc:
+            t = resp.t_end_ns or time.perf_counter_ns()
+            att.error_kind, att.error = "protocol", clean_error(str(exc), self._secret)
+        else:
+            status = resp.status
+            kind = classify_status(status)
+            if kind is not None:
+                att.retry_after_s = _retry_after(resp.headers)
+                raw = bytes(resp.body)
+                msg = f"HTTP {status}: {_error_message(raw)}" if raw else f"HTTP {status}"
+                att.error_kind, att.error = kind, clean_error(msg, self._secret)
+            elif parser is not None:
+                parser.close(t)
+                if parser.error is not None:
+                    att.error_kind = parser.error_kind
+                    att.error = clean_error(parser.error, self._secret)
+                elif not parser.done:
+                    att.error_kind = "protocol"
+                    att.error = (
+                        "stream ended before the answer was complete"
+                        if parser.times or resp.content_type == "text/event-stream"
+                        else f"expected an event stream, got {resp.content_type}"[:120]
+                    )
+            else:
+                out = self._endpoint.parse_body(bytes(resp.body))
+                if out.error is not None:
+                    att.error_kind = out.error_kind
+                    att.error = clean_error(out.error, self._secret)
+        if resp.status:
+            att.status = resp.status
+            att.t_first_byte = (resp.t_head_ns - t0) / 1e9
         att.t_end = (t - t0) / 1e9
         return out
 

@@ -42,7 +42,8 @@ ANTHROPIC_VERSION = "2023-06-01"
 _ERROR_CHARS = 160
 _SECRETISH = re.compile(r"\b(sk-|sk_|key-|Bearer\s+)[A-Za-z0-9_*.\-]{4,}", re.IGNORECASE)
 _SPACES = re.compile(r"\s+")
-_OBJECT_SECOND = frozenset('" }\n\t\r')
+_OBJECT_SECOND = frozenset(bytes([c]) for c in b'" }\n\t\r')
+_USAGE = re.compile(rb'"usage": ?\{')
 _NEVER = b"\x00"  # a template prefix no line starts with
 
 
@@ -208,10 +209,11 @@ class StreamParser:
         "times",
     )
 
-    #: keys whose non-empty string value is generated content
-    _CONTENT_KEYS: tuple[str, ...] = ()
-    #: patterns that mark the end of a complete answer
-    _DONE_MARKS: tuple[str, ...] = ()
+    #: matches a key whose value is generated content, up to the value's first character
+    #: (non-empty string values only); the quote before the key keeps escaped text from matching
+    _CONTENT: re.Pattern[bytes] = re.compile(rb"(?!)")
+    #: matches what marks the end of a complete answer
+    _DONE: re.Pattern[bytes] = re.compile(rb"(?!)")
 
     def __init__(self) -> None:
         self._buf = b""
@@ -257,29 +259,24 @@ class StreamParser:
             self._line(line, t_ns)
 
     def _line(self, line: bytes, t_ns: int) -> None:
-        """General path for one line that did not match the template (on str: cheaper here)."""
+        """General path for one line that did not match the template."""
         if line[:5] != b"data:":
             return  # event:, id:, retry: and : comment lines carry nothing we need
-        if line == b"data: [DONE]":
-            self.done = True
-            return
-        try:
-            d = line[5:].decode()
-        except UnicodeDecodeError:
-            self._fail("protocol", "malformed stream event (not UTF-8)")
-            return
-        d = d.strip()
-        if d[:1] != "{" or d[-1:] != "}" or d[1:2] not in _OBJECT_SECOND:
-            if d == "[DONE]":
+        d = line[5:].strip()
+        if d[:1] != b"{" or d[-1:] != b"}" or d[1:2] not in _OBJECT_SECOND:
+            if d == b"[DONE]":
                 self.done = True
             elif d:
                 self._fail("protocol", "malformed stream event (not a JSON object)")
             return
-        start = _text_start(d, self._CONTENT_KEYS)
-        usage = _has_object(d, '"usage":')
-        if (not self._checked and start >= 0) or usage or "error" in d:
+        content = self._CONTENT.search(d)
+        usage = _USAGE.search(d) is not None
+        if (content is not None and not self._checked) or usage or b"error" in d:
             try:
                 obj = json.loads(d)
+            except UnicodeDecodeError:
+                self._fail("protocol", "malformed stream event (not UTF-8)")
+                return
             except ValueError:
                 self._fail("protocol", "malformed stream event (invalid JSON)")
                 return
@@ -290,27 +287,25 @@ class StreamParser:
                 self._fail(*_error_of(obj))
                 return
             self._usage(obj)
-        if start >= 0:
+        if content is not None:
             self._checked = True
             self.times.append(t_ns)
-        for mark in self._DONE_MARKS:
-            if mark in d:
-                self.done = True
-                return
-        if start >= 0 and not usage:
-            self._learn(line, d, start)
+        if self._DONE.search(d) is not None:
+            self.done = True
+        elif content is not None and not usage:
+            self._learn(line, d, content.end())
 
-    def _learn(self, line: bytes, d: str, start: int) -> None:
+    def _learn(self, line: bytes, d: bytes, start: int) -> None:
         """Make this plain content line the template (text = the string value at ``start``)."""
-        end = d.find('"', start)
-        while end > 0 and (end - len(d[:end].rstrip("\\"))) % 2:  # an escaped quote
-            end = d.find('"', end + 1)
+        end = d.find(b'"', start)
+        while end > 0 and (end - len(d[:end].rstrip(b"\\"))) % 2:  # an escaped quote
+            end = d.find(b'"', end + 1)
         if end < 0:
             return
         raw = line[5:]
         lead = line[: 5 + len(raw) - len(raw.lstrip())]
-        self._pre = lead + d[:start].encode()
-        self._suf = d[end:].encode() + raw[len(raw.rstrip()) :]
+        self._pre = lead + d[:start]
+        self._suf = d[end:] + raw[len(raw.rstrip()) :]
 
     def _fail(self, kind: str, msg: str) -> None:
         self.error_kind = kind
@@ -322,7 +317,7 @@ class StreamParser:
 
 class _OpenAIStream(StreamParser):
     __slots__ = ()
-    _DONE_MARKS = ('"finish_reason":"', '"finish_reason": "')
+    _DONE = re.compile(rb'"finish_reason": ?"')
 
     def _usage(self, obj: dict[str, Any]) -> None:
         usage = obj.get("usage")
@@ -332,24 +327,18 @@ class _OpenAIStream(StreamParser):
 
 class _ChatStream(_OpenAIStream):
     __slots__ = ()
-    _CONTENT_KEYS = (
-        '"content":',
-        '"reasoning_content":',
-        '"reasoning":',
-        '"refusal":',
-        '"arguments":',
-    )
+    _CONTENT = re.compile(rb'"(?:content|reasoning_content|reasoning|refusal|arguments)": ?"(?!")')
 
 
 class _CompletionsStream(_OpenAIStream):
     __slots__ = ()
-    _CONTENT_KEYS = ('"text":',)
+    _CONTENT = re.compile(rb'"text": ?"(?!")')
 
 
 class _AnthropicStream(StreamParser):
     __slots__ = ()
-    _CONTENT_KEYS = ('"text":', '"thinking":', '"partial_json":')
-    _DONE_MARKS = ('"message_stop"',)
+    _CONTENT = re.compile(rb'"(?:text|thinking|partial_json)": ?"(?!")')
+    _DONE = re.compile(rb'"message_stop"')
 
     def _usage(self, obj: dict[str, Any]) -> None:
         usage = obj.get("usage")
@@ -357,32 +346,6 @@ class _AnthropicStream(StreamParser):
             usage = obj["message"].get("usage")
         if isinstance(usage, dict):
             _anthropic_usage(self, usage)
-
-
-def _text_start(d: str, keys: tuple[str, ...]) -> int:
-    """Index of the first character of the first non-empty string value of a ``keys`` entry.
-
-    -1 when there is none. Inside a JSON string every quote is escaped, so generated text that
-    spells out ``"content":"`` can't match.
-    """
-    for key in keys:
-        i = d.find(key)
-        while i >= 0:
-            j = i + len(key)
-            if d[j : j + 1] == " ":
-                j += 1
-            if d[j : j + 1] == '"' and d[j + 1 : j + 2] != '"':
-                return j + 1
-            i = d.find(key, j)
-    return -1
-
-
-def _has_object(d: str, key: str) -> bool:
-    i = d.find(key)
-    if i < 0:
-        return False
-    j = i + len(key)
-    return d[j : j + 1] == "{" or d[j : j + 2] == " {"
 
 
 def _openai_usage(out: Any, usage: dict[str, Any]) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # the measuring path needs no pandas: it loads when a table is built
+    import pandas as pd
 
 __all__ = [
     "ATTEMPT_COLUMNS",
@@ -230,6 +231,8 @@ def coerce(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     ValueError
         If a required column is missing; the message names it.
     """
+    import pandas as pd
+
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ValueError(f"missing column(s): {', '.join(missing)}")
@@ -248,6 +251,9 @@ def coerce(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
 
 
 def _frame(rows: Iterable, columns: dict[str, str]) -> pd.DataFrame:
+    import numpy as np
+    import pandas as pd
+
     # attrgetter is ~50x faster than dataclasses.astuple, which deep-copies every field
     row = attrgetter(*columns)
     data = [row(r) for r in rows]

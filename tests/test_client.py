@@ -534,11 +534,11 @@ def test_backoff_is_full_jitter_seeded_and_respects_hints():
 
 
 def test_retry_after_header_forms():
-    assert _retry_after({"Retry-After": "2"}) == 2.0
-    assert _retry_after({"Retry-After": "0.25", "retry-after-ms": "250"}) == 0.25
-    assert _retry_after({"Retry-After": "-3"}) == 0.0
+    assert _retry_after({"retry-after": "2"}) == 2.0
+    assert _retry_after({"retry-after": "0.25", "retry-after-ms": "250"}) == 0.25
+    assert _retry_after({"retry-after": "-3"}) == 0.0
     assert math.isnan(_retry_after({}))
-    assert math.isnan(_retry_after({"Retry-After": "soon"}))
+    assert math.isnan(_retry_after({"retry-after": "soon"}))
 
 
 def test_status_classes():
