@@ -15,7 +15,7 @@ import pandas as pd
 
 from llmlat.summary import summarize
 
-__all__ = ["QUANTILES", "Observed", "observe", "resample"]
+__all__ = ["QUANTILES", "Observed", "is_level_table", "observe", "resample"]
 
 #: stat name -> quantile probability (None: the mean).
 QUANTILES: dict[str, float | None] = {"mean": None, "p50": 0.5, "p95": 0.95, "p99": 0.99}
@@ -238,6 +238,25 @@ def _probit(q: float) -> float:
     return float(ndtri(q))
 
 
+def is_level_table(frame: pd.DataFrame, metric: str = "latency") -> bool:
+    """Whether ``frame`` holds per-level statistics of ``metric`` rather than per-request times.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A requests table or a per-level table.
+    metric : str, default "latency"
+        The time, without the ``_s`` suffix (``"latency"``, ``"ttft"``, ...).
+
+    Returns
+    -------
+    bool
+        True when ``frame`` has no ``<metric>_s`` column but some ``<metric>_<stat>_s`` column
+        of a statistic of :data:`QUANTILES`, i.e. one row per load level.
+    """
+    return f"{metric}_s" not in frame and any(f"{metric}_{s}_s" in frame for s in QUANTILES)
+
+
 def observe(data: object, metric: str = "latency", level_kind: str | None = None) -> Observed:
     """Aggregate a SweepResult, requests table or per-level table into :class:`Observed`.
 
@@ -273,7 +292,7 @@ def observe(data: object, metric: str = "latency", level_kind: str | None = None
         raise ValueError("data: the table is empty")
     if f"{metric}_s" in frame:
         obs = _from_requests(frame, metric, level_kind)
-    elif any(f"{metric}_{s}_s" in frame for s in QUANTILES):
+    elif is_level_table(frame, metric):
         obs = _from_levels(frame, metric, level_kind)
     else:
         raise ValueError(

@@ -159,6 +159,9 @@ class Pool:
             conn = None
         if conn is None:
             conn = await self._connect(loop)
+            if conn.transport.is_closing():  # closed while connecting: no answer would come
+                self._forget(conn)
+                raise ConnectionFailed("server closed the connection")
         done = loop.create_future()
         conn.begin(done, response)
         conn.transport.write(data)
@@ -306,7 +309,7 @@ class _Connection(asyncio.Protocol):
             self._until_close = False
             self._left = 0
             if status in (204, 304):
-                pass
+                self._chunked = False
             elif self._chunked:
                 self._left = _SIZE
             elif "content-length" in headers:

@@ -65,6 +65,12 @@ class LLMSweep(Configurable):
     retries = Int(None, allow_none=True, help="Retries for 429, 5xx, connection errors.").tag(
         config=True
     )
+    backoff_base_s = Float(None, allow_none=True, help="Scale of the retry backoff.").tag(
+        config=True
+    )
+    backoff_max_s = Float(None, allow_none=True, help="Largest backoff before jitter.").tag(
+        config=True
+    )
     max_retry_wait_s = Float(None, allow_none=True, help="Longest wait before a retry.").tag(
         config=True
     )
@@ -82,6 +88,8 @@ _TRAIT_DEST = {
     "stream": ("no_stream", True),
     "max_tokens": ("max_tokens", False),
     "retries": ("retries", False),
+    "backoff_base_s": ("backoff_base", False),
+    "backoff_max_s": ("backoff_max", False),
     "max_retry_wait_s": ("max_retry_wait", False),
     "seed": ("seed", False),
     "progress": ("no_progress", True),

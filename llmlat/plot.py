@@ -7,6 +7,11 @@ pyplot, so nothing leaks into global state and Jupyter shows a returned figure e
 
 Warmup rows are left out. Latency statistics are taken over successful requests only; failures
 are counted, never mixed into the percentiles, and the error rate is shown beside them.
+
+:func:`latency`, :func:`utilization`, :func:`throughput`, :func:`errors` and :func:`overview`
+also take a per-level table (one row per load level, as :func:`llmlat.fit` reads it, e.g. from
+:func:`llmlat.datasets.load`): its own statistics are drawn, without confidence intervals, and
+what only per-request rows can show (429 shares, distributions) is left out with a note.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, PercentFormatter
 from scipy import stats as _stats
 
+from llmlat._aggregate import QUANTILES, is_level_table
 from llmlat.summary import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +43,7 @@ __all__ = ["ecdf", "errors", "latency", "overview", "throughput", "utilization"]
 CI_LEVEL = 0.95
 # statistic -> quantile probability (None: the mean)
 _STATS: dict[str, float | None] = {"mean": None, "p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+_DEFAULT_STATS = ("p50", "p95")
 _METRIC_LABELS = {
     "latency_s": "latency",
     "service_s": "service time",
@@ -66,18 +73,30 @@ _SATURATED = 0.9
 
 
 class _Sweep(NamedTuple):
-    """The measured rows of a sweep and what the summary needs beside them."""
+    """The measured rows of a sweep and what the summary needs beside them.
+
+    For a per-level table (``per_level``), ``requests`` and ``every`` are that table, one row per
+    level sorted by level.
+    """
 
     requests: pd.DataFrame  # warmup rows removed
     attempts: pd.DataFrame | None
     levels: pd.DataFrame | None
     meta: dict
     every: pd.DataFrame  # warmup rows kept: summarize() counts their completions too
+    per_level: bool = False
 
 
-def _tables(data: Any) -> _Sweep:
-    """Validate ``data`` and return its measured requests with the other tables."""
+def _tables(data: Any, metric: str = "latency_s") -> _Sweep:
+    """Validate ``data`` and return its measured requests with the other tables.
+
+    A DataFrame is a per-level table when :func:`llmlat._aggregate.is_level_table` says so for
+    ``metric`` or for latency (which every requests table has).
+    """
     if isinstance(data, pd.DataFrame):
+        names = {metric.removesuffix("_s"), "latency"}
+        if any(is_level_table(data, name) for name in names):
+            return _level_table(data)
         sweep = _Sweep(data, None, None, {}, data)
     elif isinstance(getattr(data, "requests", None), pd.DataFrame):
         sweep = _Sweep(
@@ -98,9 +117,7 @@ def _tables(data: Any) -> _Sweep:
         requests = requests[(requests["phase"] != "warmup").fillna(True).to_numpy(bool)]
     if requests.empty:
         raise ValueError("data: no measured (non-warmup) requests to plot")
-    kinds = requests["level_kind"].dropna().unique() if "level_kind" in requests else []
-    if len(kinds) > 1:
-        raise ValueError(f"level_kind: mixed kinds {sorted(kinds)}; plot each kind separately")
+    _one_kind(requests)
     if "run_id" in requests:
         # runs that cover different levels (SweepResult.concat) plot as one sweep
         runs = requests.groupby("level")["run_id"].nunique()
@@ -108,6 +125,25 @@ def _tables(data: Any) -> _Sweep:
             level = runs.index[runs > 1][0]
             raise ValueError(f"run_id: level {level:g} was measured in several runs; pick one run")
     return sweep._replace(requests=requests)
+
+
+def _level_table(table: pd.DataFrame) -> _Sweep:
+    """Validate a per-level table and return it, sorted by level, as the sweep to plot."""
+    _need(table, "level")
+    if table.empty:
+        raise ValueError("data: the per-level table has no rows to plot")
+    _one_kind(table)
+    twice = table["level"][table["level"].duplicated()]
+    if len(twice):
+        raise ValueError(f"level: level {twice.iloc[0]:g} has several rows; plot one sweep")
+    table = table.sort_values("level", ignore_index=True)
+    return _Sweep(table, None, None, {}, table, per_level=True)
+
+
+def _one_kind(frame: pd.DataFrame) -> None:
+    kinds = frame["level_kind"].dropna().unique() if "level_kind" in frame else []
+    if len(kinds) > 1:
+        raise ValueError(f"level_kind: mixed kinds {sorted(kinds)}; plot each kind separately")
 
 
 def _need(requests: pd.DataFrame, column: str) -> None:
@@ -179,17 +215,116 @@ def _summary(sweep: _Sweep) -> pd.DataFrame:
     """Per-level counts, rates and throughput from :func:`llmlat.summary.summarize`.
 
     Adds ``attempt_429_rate``: the share of HTTP attempts answered 429, known only with an
-    attempts table.
+    attempts table. A per-level table gives the same columns (see :func:`_level_summary`).
     """
-    table = summarize(sweep.every, sweep.attempts, sweep.levels)
-    table = table[table["n"] > 0].sort_values("level", ignore_index=True)
+    if sweep.per_level:
+        table = _level_summary(sweep.requests)
+    else:
+        table = summarize(sweep.every, sweep.attempts, sweep.levels)
+    # a per-level table without counts keeps its rows
+    table = table[~(table["n"] <= 0)].sort_values("level", ignore_index=True)
     attempts = table["n"] + table["retries"].astype("Float64")
     table["attempt_429_rate"] = (table["http_429"] / attempts).astype(float)
     return table
 
 
-def _percentiles(requests: pd.DataFrame, metric: str, stats: Sequence[str]) -> pd.DataFrame:
-    """Per-level estimates of each statistic of ``metric`` over ok requests, with CI bounds."""
+def _level_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Give the :func:`_summary` columns a per-level table has; the others are NaN or <NA>.
+
+    ``ok`` and ``error_rate`` come from ``n`` and ``n_failed``; the 429 counts, the steady-state
+    and client-bound checks need per-request rows.
+    """
+
+    def col(name: str) -> np.ndarray:
+        return _floats(table[name]) if name in table else np.full(len(table), np.nan)
+
+    n, failed = col("n"), col("n_failed")
+    unknown = pd.array([pd.NA] * len(table), dtype="boolean")
+    return pd.DataFrame(
+        {
+            "level": col("level"),
+            "n": n,
+            "ok": n - failed,
+            "error_rate": failed / n,
+            "rate_limited_rate": np.nan,
+            "http_429": pd.array([pd.NA] * len(table), dtype="Int64"),
+            "retries": pd.array([pd.NA] * len(table), dtype="Int64"),
+            "throughput_rps": col("throughput_rps"),
+            "latency_mean_s": col("latency_mean_s"),
+            "steady": unknown,
+            "client_bound": unknown,
+        }
+    )
+
+
+def _level_column(metric: str, stat: str) -> str:
+    """Name the per-level table's column of ``stat``: latency_s, p50 -> latency_p50_s."""
+    return f"{metric.removesuffix('_s')}_{stat}_s"
+
+
+def _stats_of(sweep: _Sweep, metric: str, stats: Sequence[str] | None) -> tuple[str, ...]:
+    """Check ``metric`` and ``stats`` against the data; resolve the default statistics.
+
+    A per-level table must have a column for every requested statistic. Without ``stats`` it
+    shows :data:`_DEFAULT_STATS`, each replaced by the nearest quantile the table has when it
+    lacks one (p99 for p95 in a table of p50/p90/p99), or its mean when it has no quantile.
+    """
+    if stats is not None:
+        _check_stats(stats)
+    if not sweep.per_level:
+        _need(sweep.requests, metric)
+        return tuple(_DEFAULT_STATS if stats is None else stats)
+    table = sweep.requests
+    have = [
+        s
+        for s in _STATS
+        if _level_column(metric, s) in table
+        and np.isfinite(_floats(table[_level_column(metric, s)])).any()
+    ]
+    if not have:
+        columns = ", ".join(_level_column(metric, s) for s in _STATS)
+        raise ValueError(f"data: the per-level table has no statistic of {metric!r} ({columns})")
+    if stats is not None:
+        for stat in stats:
+            if stat not in have:
+                raise ValueError(
+                    f"stats: the per-level table has no {stat!r} of {metric!r} (no column "
+                    f"{_level_column(metric, stat)!r}); available: {', '.join(have)}"
+                )
+        return tuple(stats)
+    chosen: list[str] = []
+    for want in _DEFAULT_STATS:
+        quantiles = [s for s in have if _STATS[s] is not None and s not in chosen]
+        if quantiles:
+            chosen.append(min(quantiles, key=lambda s: abs(_STATS[s] - _STATS[want])))
+    return tuple(chosen or have[:1])
+
+
+def _percentiles(sweep: _Sweep, metric: str, stats: Sequence[str]) -> pd.DataFrame:
+    """Per-level estimates of each statistic of ``metric`` over ok requests, with CI bounds.
+
+    A per-level table gives its own statistics and no CI: ``low`` and ``high`` are NaN.
+    """
+    if sweep.per_level:
+        table = sweep.requests
+        n = _floats(table["n"]) if "n" in table else np.nan
+        return pd.concat(
+            [
+                pd.DataFrame(
+                    {
+                        "level": _floats(table["level"]),
+                        "stat": stat,
+                        "n": n,
+                        "value": _floats(table[_level_column(metric, stat)]),
+                        "low": np.nan,
+                        "high": np.nan,
+                    }
+                )
+                for stat in stats
+            ],
+            ignore_index=True,
+        )
+    requests = sweep.requests
     rows = []
     ok = requests[_ok(requests)]
     for level, group in ok.groupby("level", sort=True):
@@ -272,8 +407,12 @@ def _fit_kind(fit: FitResult, kind: str | None) -> str:
 def _fit_curve(
     fit: FitResult, loads: np.ndarray | None, kind: str | None, stats: Sequence[str]
 ) -> pd.DataFrame:
-    """Tabulate the fitted model over ``loads`` (its own grid when None) in the sweep's form."""
+    """Tabulate the fitted model over ``loads`` (its own grid when None) in the sweep's form.
+
+    Only the statistics a fit predicts are tabulated (not p90): the others get no curve.
+    """
     kind = _fit_kind(fit, kind)
+    stats = [s for s in stats if s in QUANTILES]
     if loads is not None:
         loads = _grid(loads)
         if kind == "concurrency":  # the closed form takes whole numbers of clients
@@ -285,14 +424,21 @@ def _fit_column(fit: FitResult, stat: str) -> str:
     return f"{fit.metric}_{stat}_s"
 
 
+def _fitted(curve: pd.DataFrame, fit: FitResult, stat: str) -> bool:
+    """Whether ``curve`` holds a drawable fitted ``stat``."""
+    column = _fit_column(fit, stat)
+    return column in curve and bool(curve[column].notna().any())
+
+
 def _check_stats(stats: Sequence[str]) -> None:
     unknown = [s for s in stats if s not in _STATS]
     if unknown or not stats:
         raise ValueError(f"stats: expected some of {list(_STATS)}, got {list(stats)}")
 
 
-def _cap_ylim(ax: Axes, observed_top: float) -> None:
+def _cap_ylim(ax: Axes, points: pd.DataFrame) -> None:
     """Keep a fitted curve that runs off to infinity near saturation from flattening the data."""
+    observed_top = points["high"].fillna(points["value"]).max()  # no CI from a per-level table
     if np.isfinite(observed_top) and ax.get_ylim()[1] > 1.6 * observed_top:
         ax.set_ylim(top=1.6 * observed_top)
 
@@ -326,22 +472,29 @@ def latency(
     fit: FitResult | None = None,
     *,
     metric: str = "latency_s",
-    stats: Sequence[str] = ("p50", "p95"),
+    stats: Sequence[str] | None = None,
     ax: Axes | None = None,
 ) -> Figure:
     """Plot observed latency percentiles per load level, with CIs and fitted curves.
 
     Parameters
     ----------
-    data : SweepResult or pandas.DataFrame
-        A sweep, or a requests table with the record schema. Warmup rows are ignored.
+    data : SweepResult, requests DataFrame or per-level table
+        A sweep, a requests table with the record schema (warmup rows are ignored), or a
+        per-level table as :func:`llmlat.fit` takes it (``level``, ``level_kind`` and
+        ``<metric>_mean_s`` / ``_p50_s`` / ... columns, e.g. from :func:`llmlat.datasets.load`).
     fit : FitResult, optional
         A model fitted to the same metric; its curve of each statistic is drawn over the
-        points, in the sweep's form (closed for concurrency, open for rate).
+        points, in the sweep's form (closed for concurrency, open for rate). A fit predicts
+        no p90, so that statistic gets no curve.
     metric : str, default "latency_s"
-        The per-request time column to summarise, e.g. ``"ttft_s"``.
-    stats : sequence of str, default ("p50", "p95")
+        The per-request time column to summarise, e.g. ``"ttft_s"``; for a per-level table,
+        the time whose ``<metric>_<stat>_s`` columns are drawn (``latency_s`` ->
+        ``latency_p50_s``).
+    stats : sequence of str, optional
         Statistics to show, from ``"mean"``, ``"p50"``, ``"p90"``, ``"p95"``, ``"p99"``.
+        Default ``("p50", "p95")``; for a per-level table that lacks one of them, the nearest
+        quantile it has (``("p50", "p99")`` for a table of p50/p90/p99).
     ax : matplotlib.axes.Axes, optional
         Where to draw; a new figure when omitted.
 
@@ -353,33 +506,33 @@ def latency(
     Raises
     ------
     ValueError
-        On empty data, a missing column, an unknown statistic, no successful request, or a
-        fit of another metric.
+        On empty data, a missing column, an unknown statistic or one the per-level table
+        lacks (the message lists those it has), no successful request, or a fit of another
+        metric.
 
     Notes
     -----
     Error bars are distribution-free order-statistic confidence intervals at ``CI_LEVEL``
-    over the successful requests of the level (Student-t for the mean). The x axis is
+    over the successful requests of the level (Student-t for the mean). A per-level table
+    carries no such interval, so its points are drawn without error bars. The x axis is
     logarithmic when the levels span more than a decade.
     """
-    sweep = _tables(data)
-    requests = sweep.requests
-    _need(requests, metric)
-    _check_stats(stats)
-    kind = _level_kind(requests)
+    sweep = _tables(data, metric)
+    stats = _stats_of(sweep, metric, stats)
+    kind = _level_kind(sweep.requests)
     levels = _summary(sweep)
     curve = None
     if fit is not None:
         _fit_metric(fit, metric)
         curve = _fit_curve(fit, levels["level"].to_numpy(), kind, ("mean", *stats))
-    points = _percentiles(requests, metric, stats)
+    points = _percentiles(sweep, metric, stats)
     if points["value"].isna().all():
         raise ValueError(f"data: no successful request with a {metric!r} value")
     ax = _axes(ax)
     palette = sns.color_palette(n_colors=len(stats))
     for stat, color in zip(stats, palette, strict=True):
         _errorbar(ax, points[points["stat"] == stat], "level", color, joined=curve is None)
-        if curve is not None and curve[_fit_column(fit, stat)].notna().any():
+        if curve is not None and _fitted(curve, fit, stat):
             ax.plot(
                 curve["load"],
                 curve[_fit_column(fit, stat)],
@@ -389,7 +542,7 @@ def latency(
     _level_axis(ax, levels["level"].to_numpy(), kind)
     ax.set_ylabel(_metric_label(metric))
     ax.set_ylim(bottom=0)
-    _cap_ylim(ax, points["high"].max())
+    _cap_ylim(ax, points)
     ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs load")
     _caveats(ax, levels)
     ax.legend(loc="lower right", fontsize="small")
@@ -397,33 +550,38 @@ def latency(
 
 
 def _errorbar(ax: Axes, points: pd.DataFrame, x: str, color: Any, *, joined: bool) -> None:
-    """Draw one statistic's per-level estimates with their CI as error bars."""
+    """Draw one statistic's per-level estimates, with their CI as error bars when known."""
     value = points["value"].to_numpy(float)
+    ci = points["low"].notna().any()  # a per-level table has no CI
     ax.errorbar(
         points[x].to_numpy(float),
         value,
-        yerr=[value - points["low"].to_numpy(float), points["high"].to_numpy(float) - value],
+        yerr=[value - points["low"].to_numpy(float), points["high"].to_numpy(float) - value]
+        if ci
+        else None,
         fmt="o-" if joined else "o",
         lw=1,
         color=color,
         capsize=3,
-        label=f"observed {points['stat'].iloc[0]} ({CI_LEVEL:.0%} CI)",
+        label=f"observed {points['stat'].iloc[0]}" + (f" ({CI_LEVEL:.0%} CI)" if ci else ""),
     )
 
 
 def utilization(
-    data: Data, fit: FitResult, *, stats: Sequence[str] = ("p50", "p95"), ax: Axes | None = None
+    data: Data, fit: FitResult, *, stats: Sequence[str] | None = None, ax: Axes | None = None
 ) -> Figure:
     """Plot latency against utilization (measured throughput over the fitted capacity c*mu).
 
     Parameters
     ----------
-    data : SweepResult or pandas.DataFrame
-        A sweep, or a requests table with the record schema.
+    data : SweepResult, requests DataFrame or per-level table
+        A sweep, a requests table with the record schema, or a per-level table as
+        :func:`llmlat.fit` takes it (with ``throughput_rps``).
     fit : FitResult
         The fitted model: it gives the capacity, the metric and the curve.
-    stats : sequence of str, default ("p50", "p95")
-        Statistics to show, from ``"mean"``, ``"p50"``, ``"p90"``, ``"p95"``, ``"p99"``.
+    stats : sequence of str, optional
+        Statistics to show, from ``"mean"``, ``"p50"``, ``"p90"``, ``"p95"``, ``"p99"``;
+        by default as in :func:`latency`.
     ax : matplotlib.axes.Axes, optional
         Where to draw; a new figure when omitted.
 
@@ -435,41 +593,44 @@ def utilization(
     Raises
     ------
     ValueError
-        Without a fit, on empty data, a missing column or an unknown statistic.
+        Without a fit, on empty data, a missing column, an unknown statistic or one the
+        per-level table lacks.
 
     Notes
     -----
     A level's utilization is its measured throughput (ok requests per second, as in
-    :func:`llmlat.summary.summarize`) over ``fit.capacity_rps``, so closed- and open-loop sweeps
-    share this axis. The solid curve is the fitted model in the sweep's form against its own
-    utilization. For a concurrency sweep the open form (the same station fed by Poisson
-    arrivals, what the 70% / 90% rules of thumb are about) is drawn dashed beside it.
+    :func:`llmlat.summary.summarize`; a per-level table's ``throughput_rps``) over
+    ``fit.capacity_rps``, so closed- and open-loop sweeps share this axis. The solid curve is
+    the fitted model in the sweep's form against its own utilization. For a concurrency sweep
+    the open form (the same station fed by Poisson arrivals, what the 70% / 90% rules of thumb
+    are about) is drawn dashed beside it. Points of a per-level table are drawn without error
+    bars: it carries no confidence intervals.
     """
     if fit is None:
         raise ValueError("fit: utilization needs a FitResult (the capacity c*mu comes from it)")
-    sweep = _tables(data)
     metric = f"{fit.metric}_s"
-    _need(sweep.requests, metric)
-    _check_stats(stats)
+    sweep = _tables(data, metric)
+    stats = _stats_of(sweep, metric, stats)
+    if sweep.per_level:
+        _need(sweep.requests, "throughput_rps")
     kind = _fit_kind(fit, _level_kind(sweep.requests))
     # a closed loop's own curve is flat, then vertical at 100%; the open form is the curve
     # that Poisson traffic (and so capacity planning) would see on the same station
     curves = {form: _fit_curve(fit, None, form, ("mean", *stats)) for form in {kind, "rate"}}
     levels = _summary(sweep)
     util = pd.Series(levels["throughput_rps"].to_numpy() / fit.capacity_rps, index=levels["level"])
-    points = _percentiles(sweep.requests, metric, stats)
+    points = _percentiles(sweep, metric, stats)
     points["utilization"] = points["level"].map(util)
     ax = _axes(ax)
     palette = sns.color_palette(n_colors=len(stats))
     for stat, color in zip(stats, palette, strict=True):
         _errorbar(ax, points[points["stat"] == stat], "utilization", color, joined=False)
-        column = _fit_column(fit, stat)
         for form, curve in sorted(curves.items(), key=lambda item: item[0] != kind):
-            if curve[column].notna().any():
+            if _fitted(curve, fit, stat):
                 open_form = form != kind
                 ax.plot(
                     curve["utilization"],
-                    curve[column],
+                    curve[_fit_column(fit, stat)],
                     color=color,
                     ls="--" if open_form else "-",
                     lw=1 if open_form else 1.5,
@@ -491,7 +652,7 @@ def utilization(
     ax.set_xlabel(f"utilization (throughput / capacity {fit.capacity_rps:.3g} req/s)")
     ax.set_ylabel(_metric_label(metric))
     ax.set_ylim(bottom=0)
-    _cap_ylim(ax, points["high"].max())
+    _cap_ylim(ax, points)
     ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs utilization")
     _caveats(ax, levels)
     ax.legend(loc="center left", fontsize="small")
@@ -503,8 +664,9 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
 
     Parameters
     ----------
-    data : SweepResult or pandas.DataFrame
-        A sweep, or a requests table with the record schema.
+    data : SweepResult, requests DataFrame or per-level table
+        A sweep, a requests table with the record schema, or a per-level table as
+        :func:`llmlat.fit` takes it; its ``throughput_rps`` is drawn.
     fit : FitResult, optional
         When given, its throughput curve is drawn, and its capacity (c*mu, or the batching
         throughput at the slot cap) as a horizontal line that bounds the knee.
@@ -519,7 +681,7 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
     Raises
     ------
     ValueError
-        On empty data or missing time columns.
+        On empty data, missing time columns, or a per-level table without ``throughput_rps``.
 
     Notes
     -----
@@ -529,11 +691,12 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
     per-level mean latency, ``Z`` = think time), nor the offered rate for an open loop. So the
     knee is at ``N* = X_max * (R0 + Z)`` clients, or at a rate of ``X_max``. Without a fit
     and while the highest level still runs within 90% of its no-queueing bound, saturation
-    was not reached and no knee is drawn (the plot says so).
+    was not reached and no knee is drawn (the plot says so). ``R0`` of a per-level table is its
+    lowest ``latency_mean_s``.
     """
     sweep = _tables(data)
     requests = sweep.requests
-    for column in ("t_scheduled", "t_end", "latency_s"):
+    for column in ("throughput_rps",) if sweep.per_level else ("t_scheduled", "t_end", "latency_s"):
         _need(requests, column)
     levels = _summary(sweep)
     kind = _level_kind(requests)
@@ -608,9 +771,13 @@ def ecdf(data: Data, metric: str = "latency_s", ax: Axes | None = None) -> Figur
     Raises
     ------
     ValueError
-        On empty data, a missing column, or no successful request with a value.
+        On empty data, a missing column, no successful request with a value, or a per-level
+        table (it has no per-request times).
     """
-    requests = _tables(data).requests
+    sweep = _tables(data, metric)
+    if sweep.per_level:
+        raise ValueError("data: a per-level table has no per-request times to draw an ECDF from")
+    requests = sweep.requests
     _need(requests, metric)
     ok = requests[_ok(requests) & np.isfinite(_floats(requests[metric]))]
     if ok.empty:
@@ -644,10 +811,11 @@ def errors(data: Data, ax: Axes | None = None) -> Figure:
 
     Parameters
     ----------
-    data : SweepResult or pandas.DataFrame
+    data : SweepResult, requests DataFrame or per-level table
         A sweep, or a requests table. With a SweepResult the 429 share is taken over every HTTP
         attempt (so throttling that retries absorbed still shows); with a table alone, over the
-        requests whose final outcome was a 429.
+        requests whose final outcome was a 429. A per-level table gives the failed share from
+        its ``n_failed`` and ``n``; it cannot give a 429 share, which is left out with a note.
     ax : matplotlib.axes.Axes, optional
         Where to draw; a new figure when omitted.
 
@@ -671,7 +839,10 @@ def errors(data: Data, ax: Axes | None = None) -> Figure:
         y, label = levels["attempt_429_rate"], "429 responses (share of attempts)"
     else:
         y, label = levels["rate_limited_rate"], "requests failed with 429"
-    ax.plot(levels["level"], y, "s--", color=palette[1], label=label)
+    if sweep.per_level:
+        _note(ax, "429 share not shown: it needs per-request rows")
+    else:
+        ax.plot(levels["level"], y, "s--", color=palette[1], label=label)
     _level_axis(ax, levels["level"].to_numpy(), kind)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     # scaled to the data (at least 0 to 5%) so that a 1% error rate is not a flat line
@@ -680,7 +851,15 @@ def errors(data: Data, ax: Axes | None = None) -> Figure:
     ax.set_ylim(-0.03 * top, top)  # a little room below, so a 0% line stays visible
     ax.set_ylabel("share")
     ax.set_title("Errors vs load")
-    ax.legend(loc="upper left", fontsize="small")
+    ax.legend(loc="upper right" if sweep.per_level else "upper left", fontsize="small")
+    return ax.figure
+
+
+def _without_rows(ax: Axes, text: str) -> Figure:
+    """Leave a panel that needs per-request rows empty, saying why."""
+    ax.set_axis_off()
+    ax.set_title("Distribution per level")
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.35")
     return ax.figure
 
 
@@ -689,8 +868,10 @@ def overview(data: Data, fit: FitResult | None = None) -> Figure:
 
     Parameters
     ----------
-    data : SweepResult or pandas.DataFrame
-        A sweep, or a requests table with the record schema.
+    data : SweepResult, requests DataFrame or per-level table
+        A sweep, a requests table with the record schema, or a per-level table as
+        :func:`llmlat.fit` takes it. A per-level table has no per-request times: its ECDF
+        panel holds a note instead, and the errors panel shows no 429 share.
     fit : FitResult, optional
         A fitted model, overlaid where it applies. It adds the utilization panel, and the
         latency panel then shows the fitted metric.
@@ -704,20 +885,29 @@ def overview(data: Data, fit: FitResult | None = None) -> Figure:
     ------
     ValueError
         On empty data or a missing column.
+
+    Notes
+    -----
+    Points of a per-level table are drawn without error bars (it carries no confidence
+    intervals).
     """
-    requests = _tables(data).requests  # validate once, before drawing anything
     metric = "latency_s" if fit is None else f"{fit.metric}_s"
+    sweep = _tables(data, metric)  # validate once, before drawing anything
+    requests = sweep.requests
     panels: list[Callable[[Axes], Figure]] = [
         lambda ax: latency(data, fit, metric=metric, ax=ax),
         lambda ax: throughput(data, fit, ax=ax),
         lambda ax: errors(data, ax=ax),
-        lambda ax: ecdf(data, ax=ax),
+        (lambda ax: _without_rows(ax, "no ECDF: a per-level table\nhas no per-request times"))
+        if sweep.per_level
+        else (lambda ax: ecdf(data, ax=ax)),
     ]
     if fit is not None:
         panels.insert(1, lambda ax: utilization(data, fit, ax=ax))
         # a table without the column (e.g. a public dataset) gets no TTFT panel
         if (
-            "ttft_s" in requests
+            not sweep.per_level
+            and "ttft_s" in requests
             and (_ok(requests) & np.isfinite(_floats(requests["ttft_s"]))).any()
         ):
             panels.append(lambda ax: ecdf(data, metric="ttft_s", ax=ax))

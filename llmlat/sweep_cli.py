@@ -104,6 +104,8 @@ def add_parser(subparsers: Any) -> None:
     load.add_argument("--warmup-s", type=float, default=0.0, metavar="S", help="warmup seconds")
     load.add_argument("--pause", type=float, default=0.0, metavar="S", help="between levels")
     load.add_argument("--retries", type=int, default=3, metavar="N")
+    load.add_argument("--backoff-base", type=float, default=0.5, metavar="S")
+    load.add_argument("--backoff-max", type=float, default=30.0, metavar="S")
     load.add_argument("--max-retry-wait", type=float, default=60.0, metavar="S")
     load.add_argument("--seed", type=int, default=0)
 
@@ -194,6 +196,8 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "warmup_s": args.warmup_s,
         "pause_s": args.pause,
         "retries": args.retries,
+        "backoff_base_s": args.backoff_base,
+        "backoff_max_s": args.backoff_max,
         "max_retry_wait_s": args.max_retry_wait,
         "seed": args.seed,
         "progress": not args.no_progress,

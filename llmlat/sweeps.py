@@ -87,8 +87,10 @@ class Sweeper:
         with ``phase="warmup"``.
     pause_s : float
         Pause between levels.
-    retries, max_retry_wait_s
-        Retry policy for 429, 5xx and connection errors (``retries=0`` measures raw refusals).
+    retries, backoff_base_s, backoff_max_s, max_retry_wait_s
+        Retry policy for 429, 5xx and connection errors (``retries=0`` measures raw refusals),
+        see :class:`llmlat.client.RetryPolicy`: full-jitter exponential backoff, at least the
+        server's ``Retry-After``, which is capped at ``max_retry_wait_s``.
     seed : int
         Seed of every random choice (schedules, retry jitter).
     progress : bool
@@ -131,6 +133,8 @@ class Sweeper:
         warmup_s: float = 0.0,
         pause_s: float = 0.0,
         retries: int = 3,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 30.0,
         max_retry_wait_s: float = 60.0,
         seed: int = 0,
         progress: bool = True,
@@ -179,7 +183,12 @@ class Sweeper:
         # validate now (Target names the bad field, api_key() checks the variable is set);
         # the simulator's URL comes at run time
         Target(url or "http://127.0.0.1", **target_options).api_key()
-        self._retry = RetryPolicy(retries=retries, max_retry_wait_s=max_retry_wait_s)
+        self._retry = RetryPolicy(
+            retries=retries,
+            backoff_base_s=backoff_base_s,
+            backoff_max_s=backoff_max_s,
+            max_retry_wait_s=max_retry_wait_s,
+        )
         self._target_options = target_options
         self._url = url
         self._simulator = simulator
@@ -205,6 +214,8 @@ class Sweeper:
                 "warmup_s": warmup_s,
                 "pause_s": pause_s,
                 "retries": retries,
+                "backoff_base_s": backoff_base_s,
+                "backoff_max_s": backoff_max_s,
                 "max_retry_wait_s": max_retry_wait_s,
                 "timeout_s": timeout_s,
                 "stream": stream,

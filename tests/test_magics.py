@@ -201,6 +201,7 @@ def test_every_option_reaches_the_sweep(
     line = (
         f"--concurrency 1,2 --requests 4 --url {sim} --api openai-chat --model m1 --timeout 30 "
         "--no-stream --max-tokens 4 --think-time 0.001 --warmup 1 --pause 0.01 --retries 1 "
+        "--backoff-base 0.01 --backoff-max 0.02 "
         f"--max-retry-wait 5 --seed 7 --run-id closed1 --save {save} --no-progress "
         "--header 'X-Llmlat-Test: 1' --output closed"
     )
@@ -212,6 +213,7 @@ def test_every_option_reaches_the_sweep(
     assert load["timeout_s"] == 30 and load["stream"] is False and load["max_tokens"] == 4
     assert load["think_time_s"] == 0.001 and load["warmup"] == 1 and load["pause_s"] == 0.01
     assert load["retries"] == 1 and load["max_retry_wait_s"] == 5 and load["requests"] == 4
+    assert (load["backoff_base_s"], load["backoff_max_s"]) == (0.01, 0.02)
     assert (res.requests["phase"] == "warmup").sum() == 2  # one per level
     assert (res.requests["completion_tokens"] == 4).all()
     saved = llmlat.read(save)

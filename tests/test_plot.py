@@ -500,3 +500,159 @@ def test_levels_the_summary_cannot_vouch_for_are_named(closed):
     for fig in (plot.latency(sweep), plot.throughput(sweep)):
         (note,) = [t.get_text() for t in fig.axes[0].texts]
         assert "no steady state at level 32" in note and "client-bound at level 16" in note
+
+
+# ---------------------------------------------------------------- per-level tables
+
+LEVEL_DATASET = "inferencex-closedloop/gpt-oss-120b"  # levels, throughput, mean/p50/p90/p99
+
+
+@pytest.fixture(scope="module")
+def level_table():
+    return llmlat.datasets.load(LEVEL_DATASET)
+
+
+@pytest.fixture(scope="module")
+def level_fit(level_table):
+    return llmlat.fit(level_table, model="mmc")
+
+
+def _points(ax):
+    """(label, x, y) of every observed series; asserts it carries no error bars."""
+    out = []
+    for bar in ax.containers:
+        assert isinstance(bar, ErrorbarContainer)
+        assert not bar.has_yerr and bar.lines[2] == ()  # no CI is known for a per-level table
+        x, y = np.asarray(bar.lines[0].get_data(), dtype=float)
+        out.append((bar.get_label(), x, y))
+    return out
+
+
+@pytest.mark.parametrize("with_fit", [False, True])
+@pytest.mark.parametrize("kind", ["latency", "throughput", "utilization", "overview"])
+def test_level_table_draws_every_figure(level_table, level_fit, tmp_path, kind, with_fit):
+    if kind == "utilization" and not with_fit:
+        with pytest.raises(ValueError, match="fit: utilization needs a FitResult"):
+            plot.utilization(level_table, None)
+        return
+    fig = level_fit.plot(kind) if with_fit else getattr(plot, kind)(level_table)
+    assert isinstance(fig, Figure)
+    drawn = [ax for ax in fig.axes if ax.axison]
+    assert len(drawn) == {"overview": 3 + with_fit}.get(kind, 1)
+    for ax in drawn:
+        _labelled(ax)
+        assert ax.get_legend() is not None
+    _save(fig, tmp_path, f"levels-{kind}-{with_fit}")
+
+
+@pytest.mark.parametrize("with_fit", [False, True])
+def test_level_table_latency_points_are_the_tables_values(level_table, level_fit, with_fit):
+    # rows out of order: the points are still drawn by level, each from its own row
+    shuffled = level_table.sample(frac=1, random_state=0)
+    stats = ("mean", "p50", "p90", "p99")
+    ax = plot.latency(shuffled, level_fit if with_fit else None, stats=stats).axes[0]
+    points = _points(ax)
+    assert [label for label, _, _ in points] == [f"observed {s}" for s in stats]
+    for (_, x, y), stat in zip(points, stats, strict=True):
+        np.testing.assert_allclose(x, level_table["level"])
+        np.testing.assert_allclose(y, level_table[f"latency_{stat}_s"])
+    fitted = [label for label in _labels(ax) if "fit" in label]
+    # a fit predicts no p90: that statistic keeps its points and gets no curve
+    assert fitted == (["mmc fit mean", "mmc fit p50", "mmc fit p99"] if with_fit else [])
+
+
+def test_level_table_other_metric(level_table):
+    ax = plot.latency(level_table, metric="ttft_s", stats=("p90",)).axes[0]
+    ((_, x, y),) = _points(ax)
+    np.testing.assert_allclose(x, level_table["level"])
+    np.testing.assert_allclose(y, level_table["ttft_p90_s"])
+    assert ax.get_ylabel() == "time to first token (s)"
+
+
+def test_level_table_default_stats_are_ones_it_has(level_table):
+    # the table has p50, p90 and p99 but no p95: p99 stands in for it rather than failing
+    ax = plot.latency(level_table).axes[0]
+    assert [label for label, _, _ in _points(ax)] == ["observed p50", "observed p99"]
+    only_mean = level_table.drop(columns=["latency_p50_s", "latency_p90_s", "latency_p99_s"])
+    ax = plot.latency(only_mean).axes[0]
+    ((label, _, y),) = _points(ax)
+    assert label == "observed mean"
+    np.testing.assert_allclose(y, level_table["latency_mean_s"])
+
+
+def test_level_table_throughput_is_its_column(level_table, level_fit):
+    ax = plot.throughput(level_table, level_fit).axes[0]
+    measured = ax.get_lines()[0]
+    assert measured.get_label() == "measured"
+    np.testing.assert_allclose(measured.get_xdata(), level_table["level"])
+    np.testing.assert_allclose(measured.get_ydata(), level_table["throughput_rps"])
+    (cap,) = [line for line in ax.get_lines() if line.get_label().startswith("fitted capacity")]
+    assert cap.get_ydata()[0] == pytest.approx(level_fit.capacity_rps)
+    # without a fit the knee is X_max * R0: the best throughput times the lowest mean latency
+    knee = _knee(plot.throughput(level_table).axes[0])
+    expected = level_table["throughput_rps"].max() * level_table["latency_mean_s"].min()
+    assert knee == pytest.approx(expected)
+
+
+def test_level_table_utilization_points(level_table, level_fit):
+    ax = plot.utilization(level_table, level_fit, stats=("p50",)).axes[0]
+    ((label, x, y),) = _points(ax)
+    assert label == "observed p50"
+    np.testing.assert_allclose(x, level_table["throughput_rps"] / level_fit.capacity_rps)
+    np.testing.assert_allclose(y, level_table["latency_p50_s"])
+    assert "mmc fit p50" in _labels(ax)
+
+
+def test_level_table_overview_notes_what_needs_requests(level_table, level_fit):
+    fig = plot.overview(level_table)
+    latency_ax, throughput_ax, errors_ax, ecdf_ax = fig.axes
+    for (_, _, y), stat in zip(_points(latency_ax), ("p50", "p99"), strict=True):
+        np.testing.assert_allclose(y, level_table[f"latency_{stat}_s"])
+    np.testing.assert_allclose(
+        throughput_ax.get_lines()[0].get_ydata(), level_table["throughput_rps"]
+    )
+    (failed,) = errors_ax.get_lines()  # the 429 share needs per-request rows: a note instead
+    np.testing.assert_allclose(failed.get_ydata(), level_table["n_failed"] / level_table["n"])
+    assert any("429 share not shown" in t.get_text() for t in errors_ax.texts)
+    assert not ecdf_ax.axison
+    assert any("per-level table" in t.get_text() for t in ecdf_ax.texts)
+    fig = level_fit.plot("overview")
+    assert fig.axes[1].get_title() == "Latency vs utilization"
+    assert not fig.axes[4].axison and not fig.axes[5].axison  # no ECDF, no TTFT ECDF
+
+
+def test_level_table_error_rate_from_its_counts(level_table):
+    failing = level_table.assign(n_failed=level_table["n"] // 4)
+    (failed,) = plot.errors(failing).axes[0].get_lines()
+    np.testing.assert_allclose(failed.get_ydata(), failing["n_failed"] / failing["n"])
+    ax = plot.latency(failing).axes[0]
+    n, bad = int(failing["n"].sum()), int(failing["n_failed"].sum())
+    assert any(f"{bad} of {n} failed" in t.get_text() for t in ax.texts)
+
+
+def test_level_table_is_detected_as_fit_detects_it(level_table, closed):
+    from llmlat._aggregate import is_level_table
+
+    assert is_level_table(level_table) and not is_level_table(closed.requests)
+    assert plot._tables(level_table).per_level and not plot._tables(closed.requests).per_level
+
+
+def test_level_table_missing_statistic_is_a_clear_value_error(level_table, level_fit):
+    available = "available: mean, p50, p90, p99"
+    cases = [
+        (lambda: plot.latency(level_table, stats=("p95",)), f"'p95'.*'latency_p95_s'.*{available}"),
+        (lambda: plot.latency(level_table, stats=("p50", "p95")), f"'p95'.*{available}"),
+        (lambda: level_fit.plot("latency", stats=("p95",)), f"'p95'.*{available}"),
+        (lambda: plot.utilization(level_table, level_fit, stats=("p95",)), "'p95'"),
+        (lambda: plot.latency(level_table, metric="service_s"), "no statistic of 'service_s'"),
+        (lambda: plot.latency(level_table, stats=("p42",)), "stats: expected some of"),
+        (lambda: plot.throughput(level_table.drop(columns="throughput_rps")), "throughput_rps"),
+        (lambda: plot.ecdf(level_table), "per-level table has no per-request times"),
+        (lambda: plot.latency(level_table.iloc[0:0]), "no rows"),
+        (lambda: plot.latency(pd.concat([level_table] * 2)), "level: level 4 has several rows"),
+        (lambda: plot.latency(level_table, level_fit, metric="ttft_s"), "fit: it models"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match) as info:
+            call()
+        assert "\n" not in str(info.value)

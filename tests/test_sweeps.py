@@ -367,6 +367,8 @@ def test_fewer_requests_than_workers_is_warned():
         ({"concurrency": 1, "api_key_env": "LLMLAT_TEST_NOT_SET"}, "api_key_env"),
         ({"concurrency": 1, "pause_s": -1}, "pause_s"),
         ({"concurrency": 1, "retries": -1}, "retries"),
+        ({"concurrency": 1, "backoff_base_s": -1}, "backoff_base_s"),
+        ({"concurrency": 1, "backoff_max_s": float("inf")}, "backoff_max_s"),
         ({"concurrency": 1, "url": "http://127.0.0.1:9", "simulator": "article"}, "simulator"),
         ({"concurrency": 1, "payload": "{not json"}, "payload"),
         ({"concurrency": 1, "payload": []}, "payload"),
