@@ -109,7 +109,9 @@ def _kind(frame: pd.DataFrame, level_kind: str | None) -> str:
     return level_kind
 
 
-def _from_requests(req: pd.DataFrame, metric: str, level_kind: str | None) -> Observed:
+def _from_requests(
+    req: pd.DataFrame, metric: str, level_kind: str | None, max_refused: float | None
+) -> Observed:
     col = f"{metric}_s"
     if col not in req or "level" not in req:
         raise ValueError(f"data: requests table needs columns 'level' and {col!r}")
@@ -129,8 +131,24 @@ def _from_requests(req: pd.DataFrame, metric: str, level_kind: str | None) -> Ob
         )
     notes = []
     lv_all = req["level"].to_numpy(dtype=np.float64)
+    refused = np.empty(0)
+    if max_refused is not None:
+        refused = _refused_levels(req, lv_all, max_refused)
+        if refused.size == np.unique(lv_all).size:
+            raise ValueError(
+                f"max_refused: every level had more than {max_refused:.0%} of its requests "
+                "refused with 429 or retried; measure at lower load, or pass max_refused=None "
+                "to fit them anyway"
+            )
+        if refused.size:
+            ok &= ~np.isin(lv_all, refused)
+            notes.append(
+                f"levels {refused.tolist()} left out: more than {max_refused:.0%} of their "
+                "requests were refused with 429 or retried, which a queueing model without "
+                "admission control does not describe (max_refused=None keeps them)"
+            )
     levels = np.unique(lv_all[ok])
-    dropped = np.setdiff1d(np.unique(lv_all), levels)
+    dropped = np.setdiff1d(np.setdiff1d(np.unique(lv_all), levels), refused)
     if dropped.size:
         notes.append(f"levels {dropped.tolist()} had no successful request and were left out")
     order = np.argsort(lv_all[ok], kind="stable")
@@ -175,6 +193,17 @@ _TIMING = (
     "t_end",
     "latency_s",
 )
+
+
+def _refused_levels(req: pd.DataFrame, levels: np.ndarray, share: float) -> np.ndarray:
+    """Levels where more than ``share`` of the rows were refused (429) or retried."""
+    hit = np.zeros(len(req), dtype=bool)
+    if "error_kind" in req:
+        hit |= req["error_kind"].eq("rate_limited").fillna(False).to_numpy(dtype=bool)
+    if "attempts" in req:
+        hit |= (pd.to_numeric(req["attempts"], errors="coerce") > 1).fillna(False).to_numpy(bool)
+    rates = pd.Series(hit).groupby(levels).mean()
+    return rates.index[rates > share].to_numpy(dtype=np.float64)
 
 
 def _throughput(req: pd.DataFrame) -> pd.Series:
@@ -257,7 +286,12 @@ def is_level_table(frame: pd.DataFrame, metric: str = "latency") -> bool:
     return f"{metric}_s" not in frame and any(f"{metric}_{s}_s" in frame for s in QUANTILES)
 
 
-def observe(data: object, metric: str = "latency", level_kind: str | None = None) -> Observed:
+def observe(
+    data: object,
+    metric: str = "latency",
+    level_kind: str | None = None,
+    max_refused: float | None = None,
+) -> Observed:
     """Aggregate a SweepResult, requests table or per-level table into :class:`Observed`.
 
     Parameters
@@ -271,6 +305,9 @@ def observe(data: object, metric: str = "latency", level_kind: str | None = None
         Which time to model.
     level_kind : {"concurrency", "rate"}, optional
         Overrides (or supplies) the ``level_kind`` column.
+    max_refused : float, optional
+        Leave out the levels (of a requests table) where more than this share of the measured
+        requests was refused with 429 or needed a retry, saying so in ``notes``.
 
     Returns
     -------
@@ -291,7 +328,7 @@ def observe(data: object, metric: str = "latency", level_kind: str | None = None
     if len(frame) == 0:
         raise ValueError("data: the table is empty")
     if f"{metric}_s" in frame:
-        obs = _from_requests(frame, metric, level_kind)
+        obs = _from_requests(frame, metric, level_kind, max_refused)
     elif is_level_table(frame, metric):
         obs = _from_levels(frame, metric, level_kind)
     else:

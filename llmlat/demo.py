@@ -11,18 +11,13 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pandas as pd
+from typing import Any
 
 __all__ = ["DEMO_LEVELS", "run_demo"]
 
 #: The concurrency levels of the demo sweep.
 DEMO_LEVELS = (1, 2, 5, 10, 20, 50, 100)
 _QUICK_LEVELS = (1, 5, 10, 20, 50)
-# share of 429s above which a level is left out of the fit
-_REFUSED = 0.05
 
 
 def _requests_per_level(level: int, quick: bool) -> int:
@@ -99,10 +94,8 @@ def run_demo(
     if p95_s is None:
         lightest = summary.loc[summary["level"].idxmin()]
         p95_s = round(2 * float(lightest["latency_p95_s"]), 2)
-    fitted, notes = _fit_admitted(result, summary)
-    report = build_report(
-        result, out, fit=fitted, p95_s=p95_s, notes=notes, title="llmlat demo: the article replica"
-    )
+    # fit() leaves out the levels the replica mostly refused (429), with a note
+    report = build_report(result, out, p95_s=p95_s, title="llmlat demo: the article replica")
     for note in report.notes:
         say(f"note: {note}")
     if report.fit is not None:
@@ -120,32 +113,6 @@ def run_demo(
         say(f"\nPlan for p95 <= {p95_s:g} s: no load meets it, even one request alone.")
     say(f"\nreport: {report.path.resolve()}")
     return report.path
-
-
-def _fit_admitted(result: Any, summary: pd.DataFrame) -> tuple[Any, list[str]]:
-    """Fit the levels the replica admitted; levels it mostly refused say so instead.
-
-    The queueing models have no admission limit: at a level where the replica answers many
-    requests with 429 (and clients retry), latency and throughput describe the refusals too.
-    """
-    from llmlat.fitting import fit
-
-    refused = summary.loc[summary["rate_limited_rate"] > _REFUSED, "level"].tolist()
-    requests = result.requests
-    if refused:
-        requests = requests[~requests["level"].isin(refused)]
-    try:
-        fitted = fit(requests)
-    except ValueError as exc:
-        return None, [f"No model fitted: {exc}"]
-    if not refused:
-        return fitted, []
-    levels = ", ".join(f"{x:g}" for x in refused)
-    return fitted, [
-        f"Fitted on the levels the replica admitted: level(s) {levels} had more than "
-        f"{_REFUSED:.0%} of requests refused with 429, which the queueing model does not "
-        "describe (see the 429 rate in the summary and the errors figure)."
-    ]
 
 
 def add_parser(subparsers: Any) -> None:

@@ -514,6 +514,7 @@ def fit(
     tokens: float | None = None,
     gamma: float | None = None,
     cv_s: float | None = None,
+    max_refused: float | None = 0.05,
 ) -> FitResult:
     """Fit a queueing model to measured latency at several loads.
 
@@ -546,6 +547,11 @@ def fit(
         are at least 6 levels.
     cv_s : float, optional
         Service-time coefficient of variation for ``mgc`` (default: from the lightest level).
+    max_refused : float or None, default 0.05
+        Levels where more than this share of the measured requests was refused with 429 or
+        needed a retry are left out, with a note: the models have no admission limit, and a
+        retried request's latency holds its backoff. Only a requests table says this;
+        None fits every level.
 
     Returns
     -------
@@ -560,7 +566,7 @@ def fit(
     """
     if stat not in ("mean", "p50", "p95", "p99"):
         raise ValueError(f"stat: expected 'mean', 'p50', 'p95' or 'p99', got {stat!r}")
-    obs = observe(data, metric, level_kind)
+    obs = observe(data, metric, level_kind, _share("max_refused", max_refused))
     opts = {"think_s": think_s, "tokens": tokens, "gamma": gamma, "cv_s": cv_s}
     if model == "auto":
         res = _fit_auto(obs, stat, method, opts)
@@ -568,6 +574,15 @@ def fit(
         res = _fit_obs(obs, model, stat, method, opts)
     res.data = data
     return res
+
+
+def _share(name: str, value: object) -> float | None:
+    """Check an optional share in [0, 1]."""
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise ValueError(f"{name}: expected a share between 0 and 1, or None, got {value!r}")
+    return float(value)
 
 
 def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
@@ -666,7 +681,8 @@ def compare(
     stat : {"mean", "p50", "p95"}, default "mean"
         Per-level statistic to fit.
     **options
-        ``level_kind``, ``think_s``, ``tokens``, ``gamma``, ``cv_s`` as for :func:`fit`.
+        ``level_kind``, ``think_s``, ``tokens``, ``gamma``, ``cv_s``, ``max_refused`` as for
+        :func:`fit`.
 
     Returns
     -------
@@ -675,10 +691,11 @@ def compare(
         ``nobs``, ``llf``, ``aic``, ``delta_aic``, ``bic``, ``capacity_rps``,
         ``max_abs_resid_rel``, ``params``, ``error`` and the Akaike ``weight``.
     """
-    bad = set(options) - {"level_kind", "think_s", "tokens", "gamma", "cv_s"}
+    bad = set(options) - {"level_kind", "think_s", "tokens", "gamma", "cv_s", "max_refused"}
     if bad:
         raise ValueError(f"options: unknown option(s) {', '.join(sorted(bad))}")
-    obs = observe(data, metric, options.pop("level_kind", None))
+    refused = _share("max_refused", options.pop("max_refused", 0.05))
+    obs = observe(data, metric, options.pop("level_kind", None), refused)
     opts = {k: options.get(k) for k in ("think_s", "tokens", "gamma", "cv_s")}
     return _compare(obs, models, stat, opts)[0]
 

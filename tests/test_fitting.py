@@ -350,3 +350,53 @@ def test_maximum_likelihood_on_binned_times_matches_every_time(monkeypatch):
     se = exact.bse["mu"]
     assert abs(binned.params["mu"] - exact.params["mu"]) < 0.2 * se
     assert binned.llf == pytest.approx(exact.llf, rel=1e-4)  # reported on every request
+
+
+def _with_shedding_level(req: pd.DataFrame, level: float, refused_share: float) -> pd.DataFrame:
+    """Add an overloaded open-loop level: a share refused with 429, the rest admitted.
+
+    The admitted requests waited no longer than at the busiest real level (a queue limit
+    bounds the wait), which is what makes such a level look like spare capacity to a model
+    without admission control.
+    """
+    busiest = req[req["level"] == req["level"].max()]
+    extra = busiest.copy()
+    extra["level"] = level
+    extra["request_id"] += len(req)
+    refused = np.arange(len(extra)) < refused_share * len(extra)
+    extra["ok"] = ~refused
+    extra["error_kind"] = np.where(refused, "rate_limited", None)
+    extra.loc[refused, "latency_s"] = 0.001
+    out = pd.concat([req.assign(error_kind=None), extra], ignore_index=True)
+    out["attempts"] = 1
+    return out
+
+
+def test_levels_that_shed_load_with_429s_are_left_out_of_the_fit():
+    c, mu = 4, 2.0
+    req = mmc_open_requests([f * c * mu for f in (0.3, 0.6, 0.8, 0.9)], mu=mu, c=c, n=2500, seed=31)
+    data = _with_shedding_level(req, 1.5 * c * mu, refused_share=0.4)
+    res = fit(data, model="mmc")
+    assert res.params["c"] == c and res.params["mu"] == pytest.approx(mu, rel=0.05)
+    assert 1.5 * c * mu not in res.levels.index
+    assert any("left out" in note and "429" in note for note in res.notes)
+    table = compare(data, ["mmc"])
+    assert table.loc["mmc", "capacity_rps"] == pytest.approx(c * mu, rel=0.05)
+    # kept, the overloaded level reads as spare capacity: the model asks for more load
+    with pytest.raises(ValueError, match="no saturation reached"):
+        fit(data, model="mmc", max_refused=None)
+    # a retried request counts as refused too: its latency holds the backoff
+    retried = data.copy()
+    retried.loc[retried["level"] == 0.3 * c * mu, "attempts"] = 2
+    assert 0.3 * c * mu not in fit(retried, model="mmc").levels.index
+
+
+def test_max_refused_is_checked_and_says_when_nothing_is_left():
+    req = mmc_open_requests([2.0, 4.0], mu=2.0, c=4, n=200, seed=32)
+    data = req.assign(error_kind=None, attempts=2)
+    with pytest.raises(ValueError, match=r"max_refused: every level .* retried"):
+        fit(data, model="mmc")
+    with pytest.raises(ValueError, match="max_refused: expected a share"):
+        fit(data, model="mmc", max_refused=1.5)
+    with pytest.raises(ValueError, match="max_refused: expected a share"):
+        compare(data, max_refused="all")
