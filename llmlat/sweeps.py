@@ -565,7 +565,12 @@ class Sweeper:
     def _make_bar(self) -> Any:
         if not self._progress:
             return None
-        from tqdm.auto import tqdm
+        try:  # in Jupyter, tqdm.auto warns and falls back to text when ipywidgets is missing
+            import ipywidgets  # noqa: F401
+        except ImportError:
+            from tqdm.std import tqdm
+        else:
+            from tqdm.auto import tqdm
 
         totals = [p.total() for p in self._plans]
         total = None if None in totals else sum(t for t in totals if t is not None)

@@ -90,6 +90,13 @@ def _run(client: Any, code: str, timeout: float = 120) -> tuple[dict, list[dict]
     return reply, _drain(client, msg_id, timeout)
 
 
+def _run_ok(client: Any, code: str) -> list[dict]:
+    """Execute ``code``, check it succeeded; return the iopub messages it produced."""
+    reply, messages = _run(client, code)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return messages
+
+
 def _drain(client: Any, msg_id: str, timeout: float) -> list[dict]:
     messages = []
     while True:
@@ -159,7 +166,7 @@ def test_kernel_interrupt_keeps_and_saves_the_partial_result(kernel: Any, tmp_pa
 
 def test_top_level_await_needs_no_patching(kernel: Any) -> None:
     _, client = kernel
-    reply, messages = _run(
+    messages = _run_ok(
         client,
         "import asyncio, llmlat\n"
         "async with llmlat.Simulator(preset='instant') as sim:\n"
@@ -167,5 +174,20 @@ def test_top_level_await_needs_no_patching(kernel: Any) -> None:
         " concurrency=[2], requests=4, progress=False)\n"
         "print(len(r.requests), r.requests['ok'].all(), hasattr(asyncio, '_nest_patched'))",
     )
-    assert reply["content"]["status"] == "ok", reply["content"]
     assert _stream(messages, "stdout").split() == ["4", "True", "False"]
+
+
+def test_progress_bar_in_a_kernel_without_ipywidgets_warns_nothing(kernel: Any) -> None:
+    _, client = kernel
+    messages = _run_ok(
+        client,
+        "%load_ext llmlat\n"
+        "%llmsim start --preset instant\n"
+        "import importlib.util\n"
+        "print(importlib.util.find_spec('ipywidgets') is not None)",
+    )
+    has_widgets = _stream(messages, "stdout").strip() == "True"
+    err = _stream(_run_ok(client, "%%llmsweep -c 2 -n 6 -o res\nhi"), "stderr")
+    assert "IProgress" not in err and "TqdmWarning" not in err, err
+    if not has_widgets:  # the text bar, on stderr
+        assert "6/6" in err and "req" in err, err
