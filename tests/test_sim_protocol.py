@@ -256,6 +256,26 @@ def test_unknown_path_is_404_and_models_are_listed():
     assert truth.empty and list(truth.columns) == list(TRUTH_COLUMNS)
 
 
+def test_truth_keeps_the_last_truth_limit_rows_and_counts_on():
+    async def go(sim, session):
+        for i in range(5):  # one after the other: arrival order is request order
+            await call(
+                session,
+                sim.url,
+                "openai-chat",
+                body_for("openai-chat"),
+                headers={"x-llmlat-request-id": f"r/{i}/1"},
+            )
+        return sim.truth()
+
+    truth = run(with_sim(go, truth_limit=3))
+    assert truth["request_id"].tolist() == [2, 3, 4]
+    assert truth["client_request_id"].tolist() == ["r/2/1", "r/3/1", "r/4/1"]
+    assert SimConfig().truth_limit == 200_000 and SimConfig(truth_limit=None).truth_limit is None
+    with pytest.raises(ValueError, match="truth_limit: must be > 0"):
+        SimConfig(truth_limit=0)
+
+
 def test_truth_one_row_per_request_with_consistent_times():
     n = 30
 

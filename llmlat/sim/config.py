@@ -85,6 +85,9 @@ class SimConfig:
         derived from ``(seed, i)``, so the same options and seed give the same draws.
     model : str
         Model name listed by ``GET /v1/models`` and echoed in responses.
+    truth_limit : int or None
+        Most truth rows kept, the oldest dropped first (about 400 bytes each), so a simulator
+        left running does not grow without bound. ``None``: keep every row.
     """
 
     mode: str = _opt("batch", "replica model: batch (continuous batching) or mmc (M/M/c)")
@@ -107,6 +110,7 @@ class SimConfig:
     stall_s: float = _opt(3600.0, "length of a stall, seconds")
     seed: int = _opt(0, "seed of every random draw")
     model: str = _opt("llmlat-sim", "model name served")
+    truth_limit: int | None = _opt(200_000, "most truth rows kept, oldest dropped (none: all)")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -211,7 +215,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 _FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(SimConfig)}
 _TYPES: dict[str, Any] = typing.get_type_hints(SimConfig)
 _CHOICES = {"mode": MODES, "output_dist": OUTPUT_DISTS}
-_POSITIVE = {"slots", "mu", "output_tokens", "max_output_tokens", "rpm", "tpm"}
+_POSITIVE = {"slots", "mu", "output_tokens", "max_output_tokens", "rpm", "tpm", "truth_limit"}
 
 
 def _base_type(name: str) -> tuple[type, bool]:

@@ -429,7 +429,8 @@ class Replica:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.loop = asyncio.get_running_loop()
-        self.rows: list[TruthRow] = []
+        self.rows: deque[TruthRow] = deque(maxlen=config.truth_limit)
+        self._arrivals = 0  # request ids go on counting when old rows are dropped
         now = self.loop.time()
         self.rpm = TokenBucket(config.rpm, now) if config.rpm else None
         self.tpm = TokenBucket(config.tpm, now) if config.tpm else None
@@ -456,7 +457,8 @@ class Replica:
         -------
         TruthRow
         """
-        row = TruthRow(len(self.rows), client_request_id, api, t_arrival=time.perf_counter())
+        row = TruthRow(self._arrivals, client_request_id, api, t_arrival=time.perf_counter())
+        self._arrivals += 1
         self.rows.append(row)
         return row
 

@@ -208,6 +208,8 @@ class Simulator:
     def truth(self) -> pd.DataFrame:
         """Return the ground truth: one row per request received, in arrival order.
 
+        At most the last ``truth_limit`` requests (see :class:`~llmlat.sim.SimConfig`).
+
         Returns
         -------
         pandas.DataFrame
