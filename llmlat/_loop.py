@@ -27,7 +27,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from types import ModuleType
 from typing import Any, TypeVar
 
-__all__ = ["run_coroutine"]
+__all__ = ["loop_factory", "run_coroutine"]
 
 T = TypeVar("T")
 
@@ -72,7 +72,14 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     return _run_in_thread(coro)
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory when uvloop is installed, else None (asyncio's default).
+
+    Returns
+    -------
+    callable or None
+        For ``asyncio.Runner(loop_factory=...)``.
+    """
     try:
         import uvloop
     except ImportError:
@@ -193,7 +200,7 @@ def _run_fresh(coro: Coroutine[Any, Any, T]) -> T:
     with (
         _sigint_cancels(_canceller(box)) as interrupted,
         _cancelled_means_interrupt(interrupted),
-        asyncio.Runner(loop_factory=_loop_factory()) as runner,
+        asyncio.Runner(loop_factory=loop_factory()) as runner,
     ):
         return runner.run(_tracked(coro, box))
 
@@ -218,7 +225,7 @@ def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
 
     def main() -> None:
         try:
-            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
                 outcome["value"] = runner.run(_tracked(coro, box))
         except BaseException as exc:  # re-raised in the caller's thread
             outcome["error"] = exc

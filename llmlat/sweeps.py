@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from llmlat import __version__
-from llmlat._loop import run_coroutine
+from llmlat._loop import loop_factory, run_coroutine
 from llmlat.client import Client, RetryPolicy, Target, redact_url
 from llmlat.endpoints import make_payload
 from llmlat.load import LevelPlan, plan_levels
@@ -661,18 +661,12 @@ def _run_sync(sweeper: Sweeper) -> SweepResult:
         pass
     else:
         return run_coroutine(sweeper.run())
-    try:
-        import uvloop
-    except ImportError:
-        factory = None
-    else:
-        factory = uvloop.new_event_loop
     # Ctrl-C is ours to handle when Python's default handler is in place (not ignored, say)
     ours = (
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     )
-    with asyncio.Runner(loop_factory=factory) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(_run_with_grace(sweeper) if ours else sweeper.run())
 
 
