@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pandas as pd
@@ -56,6 +57,7 @@ ACCURACY_SIM = {
 }
 THROUGHPUT_SIM = {"preset": "instant"}
 PROMPT = "Say something."
+PAYLOAD = {"messages": [{"role": "user", "content": PROMPT}]}
 
 
 def pin(core: int) -> None:
@@ -163,13 +165,26 @@ async def sweep_level(url: str, n: int, requests: int, run_id: str, warmup: int 
     )
 
 
+async def _closed_loop(
+    worker: Callable[[int], Awaitable[None]], n: int, requests: int
+) -> tuple[float, float]:
+    """Open the connections, then time ``n`` workers sending ``requests`` in all.
+
+    Returns (requests/s, CPU ms per request).
+    """
+    await asyncio.gather(*(worker(4) for _ in range(n)))
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker(requests // n + (i < requests % n)) for i in range(n)))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return requests / wall, cpu / requests * 1e3
+
+
 async def bare_loop(url: str, n: int, requests: int) -> tuple[float, float]:
     """Closed loop of ``n`` workers on Client.send alone: (requests/s, CPU ms per request)."""
     from llmlat.client import Client, RetryPolicy, Target
     from llmlat.schema import Record
 
     t0 = time.perf_counter_ns()
-    payload = {"messages": [{"role": "user", "content": PROMPT}]}
     target = Target(url, model="bench")
     async with Client(target, RetryPolicy(retries=0), run_id="bare", t0_ns=t0) as client:
         counter = iter(range(10**9))
@@ -178,14 +193,10 @@ async def bare_loop(url: str, n: int, requests: int) -> tuple[float, float]:
             for _ in range(count):
                 record = Record("bare", n, "concurrency", next(counter))
                 record.t_scheduled = (time.perf_counter_ns() - t0) / 1e9
-                await client.send(record, payload)
+                await client.send(record, PAYLOAD)
                 assert record.ok, record.error
 
-        await asyncio.gather(*(worker(4) for _ in range(n)))  # open the connections
-        cpu, wall = time.process_time(), time.perf_counter()
-        await asyncio.gather(*(worker(requests // n + (i < requests % n)) for i in range(n)))
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return requests / wall, cpu / requests * 1e3
+        return await _closed_loop(worker, n, requests)
 
 
 async def aiohttp_loop(url: str, n: int, requests: int) -> tuple[float, float]:
@@ -195,24 +206,20 @@ async def aiohttp_loop(url: str, n: int, requests: int) -> tuple[float, float]:
     from llmlat.endpoints import get_endpoint
 
     endpoint = get_endpoint("openai-chat")
-    payload = {"messages": [{"role": "user", "content": PROMPT}]}
-    body = json.dumps(endpoint.body(payload, model="bench")).encode()
+    target = endpoint.url(url)
+    body = json.dumps(endpoint.body(PAYLOAD, model="bench")).encode()
     headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
 
         async def worker(count: int) -> None:
             for _ in range(count):
-                async with session.post(endpoint.url(url), data=body, headers=headers) as resp:
+                async with session.post(target, data=body, headers=headers) as resp:
                     while await resp.content.readany():
                         pass
                     assert resp.status == 200
 
-        await asyncio.gather(*(worker(4) for _ in range(n)))  # open the connections
-        cpu, wall = time.process_time(), time.perf_counter()
-        await asyncio.gather(*(worker(requests // n + (i < requests % n)) for i in range(n)))
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return requests / wall, cpu / requests * 1e3
+        return await _closed_loop(worker, n, requests)
 
 
 async def throughput(url: str, requests: int, repeat: int) -> dict[str, list[tuple[float, float]]]:

@@ -43,7 +43,10 @@ from statsmodels.iolib.summary2 import Summary
 from llmlat._aggregate import QUANTILES, Observed, observe, resample
 from llmlat._models import MODELS, Model
 
-__all__ = ["FitResult", "Plan", "compare", "fit"]
+__all__ = ["MAX_REFUSED", "FitResult", "Plan", "compare", "fit"]
+
+#: Default of ``max_refused``: levels with a larger share of 429s or retries are not fitted.
+MAX_REFUSED = 0.05
 
 _LOG2PI = np.log(2 * np.pi)
 _MODEL_NAMES = ("mm1", "mmc", "mgc", "closed", "batch")
@@ -514,7 +517,7 @@ def fit(
     tokens: float | None = None,
     gamma: float | None = None,
     cv_s: float | None = None,
-    max_refused: float | None = 0.05,
+    max_refused: float | None = MAX_REFUSED,
 ) -> FitResult:
     """Fit a queueing model to measured latency at several loads.
 
@@ -566,7 +569,7 @@ def fit(
     """
     if stat not in ("mean", "p50", "p95", "p99"):
         raise ValueError(f"stat: expected 'mean', 'p50', 'p95' or 'p99', got {stat!r}")
-    obs = observe(data, metric, level_kind, _share("max_refused", max_refused))
+    obs = observe(data, metric, level_kind, _max_refused(max_refused))
     opts = {"think_s": think_s, "tokens": tokens, "gamma": gamma, "cv_s": cv_s}
     if model == "auto":
         res = _fit_auto(obs, stat, method, opts)
@@ -576,12 +579,12 @@ def fit(
     return res
 
 
-def _share(name: str, value: object) -> float | None:
-    """Check an optional share in [0, 1]."""
+def _max_refused(value: object) -> float | None:
+    """Check ``max_refused``: a share in [0, 1], or None."""
     if value is None:
         return None
     if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
-        raise ValueError(f"{name}: expected a share between 0 and 1, or None, got {value!r}")
+        raise ValueError(f"max_refused: expected a share between 0 and 1, or None, got {value!r}")
     return float(value)
 
 
@@ -694,7 +697,7 @@ def compare(
     bad = set(options) - {"level_kind", "think_s", "tokens", "gamma", "cv_s", "max_refused"}
     if bad:
         raise ValueError(f"options: unknown option(s) {', '.join(sorted(bad))}")
-    refused = _share("max_refused", options.pop("max_refused", 0.05))
+    refused = _max_refused(options.pop("max_refused", MAX_REFUSED))
     obs = observe(data, metric, options.pop("level_kind", None), refused)
     opts = {k: options.get(k) for k in ("think_s", "tokens", "gamma", "cv_s")}
     return _compare(obs, models, stat, opts)[0]
