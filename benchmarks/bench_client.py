@@ -203,7 +203,7 @@ async def aiohttp_loop(url: str, n: int, requests: int) -> tuple[float, float]:
     """Baseline: closed loop on aiohttp's ClientSession, answers read and not parsed."""
     import aiohttp
 
-    from llmlat.endpoints import get_endpoint
+    from llmlat.apis import get_endpoint
 
     endpoint = get_endpoint("openai-chat")
     target = endpoint.url(url)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from llmlat._version import __version__
 
 # public name -> module that defines it
 _LAZY = {
-    "sweep": "llmlat.sweeps",
-    "asweep": "llmlat.sweeps",
+    "sweep": "llmlat.engine",
+    "asweep": "llmlat.engine",
     "SweepResult": "llmlat.results",
     "read": "llmlat.results",
     "fit": "llmlat.fitting",
@@ -51,11 +51,11 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover
     from llmlat import datasets, plot, queueing, schema, sim
+    from llmlat.engine import asweep, sweep
     from llmlat.fitting import FitResult, compare, fit
     from llmlat.results import SweepResult, read
     from llmlat.schema import Attempt, Record
     from llmlat.sim import SimConfig, Simulator
-    from llmlat.sweeps import asweep, sweep
 
 
 def __getattr__(name: str) -> Any:
@@ -81,7 +81,7 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython : IPython.core.interactiveshell.InteractiveShell
         The running shell.
     """
-    from llmlat.magics import load_ipython_extension as load
+    from llmlat.ipython import load_ipython_extension as load
 
     load(ipython)
 
@@ -94,6 +94,6 @@ def unload_ipython_extension(ipython: Any) -> None:
     ipython : IPython.core.interactiveshell.InteractiveShell
         The running shell.
     """
-    from llmlat.magics import unload_ipython_extension as unload
+    from llmlat.ipython import unload_ipython_extension as unload
 
     unload(ipython)

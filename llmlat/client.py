@@ -24,9 +24,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from llmlat import __version__
-from llmlat._http import BadResponse, ConnectionFailed, Pool, Response
-from llmlat.endpoints import (
+from llmlat._version import __version__
+from llmlat.apis import (
     API_NAMES,
     BodyResult,
     StreamParser,
@@ -35,6 +34,7 @@ from llmlat.endpoints import (
     make_payload,
 )
 from llmlat.schema import Attempt, Record
+from llmlat.transport import BadResponse, ConnectionFailed, Pool, Response
 
 __all__ = ["RETRYABLE", "Client", "RetryPolicy", "Target", "classify_status", "redact_url"]
 
@@ -75,7 +75,7 @@ class Target:
     url : str
         Base URL (``http://host:port`` or ``.../v1``) or the full endpoint URL.
     api : str
-        One of :data:`llmlat.endpoints.API_NAMES`.
+        One of :data:`llmlat.apis.endpoints.API_NAMES`.
     model : str, optional
         Sent as the body's ``model`` when given.
     api_key_env : str, optional
@@ -263,7 +263,7 @@ def classify_status(status: int) -> str | None:
 def _retry_after(headers: Any) -> float:
     """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date); NaN if none.
 
-    ``headers`` has lower-case names, as :class:`llmlat._http.Response` keeps them.
+    ``headers`` has lower-case names, as :class:`llmlat.transport._http11.Response` keeps them.
     """
     value = headers.get("retry-after-ms")
     if value is not None:
@@ -381,7 +381,7 @@ class Client:
             With ``run_id, level, level_kind, request_id, phase, worker, in_flight,
             t_scheduled`` set by the caller; every other field is filled here.
         payload : dict or str
-            The request (see :func:`llmlat.endpoints.make_payload`). A dict is not changed,
+            The request (see :func:`llmlat.apis.endpoints.make_payload`). A dict is not changed,
             and must not be changed after it was sent: the encoded body of the last payload
             object is reused when the same object comes again.
         attempts : list of Attempt, optional

@@ -65,10 +65,10 @@ def run_demo(
     """
     import pandas as pd
 
+    from llmlat.engine import sweep
     from llmlat.report import build_report
     from llmlat.sim import SimConfig
     from llmlat.summary import brief
-    from llmlat.sweeps import sweep
 
     out_stream = stream or sys.stdout
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import llmlat
+from llmlat.cli.sweep import warn_client_bound
 from llmlat.sim import Simulator
-from llmlat.sweep_cli import warn_client_bound
 
 FAST = {"t0_s": 0.004, "t1_s": 0.0001, "output_tokens": 16, "output_dist": "fixed", "seed": 1}
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llmlat.endpoints import API_NAMES, clean_error, get_endpoint, make_payload
+from llmlat.apis import API_NAMES, clean_error, get_endpoint, make_payload
 
 
 def sse(*events: object, done: bool = True) -> bytes:

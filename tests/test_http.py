@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from llmlat._http import BadResponse, ConnectionFailed, Pool, Response
 from llmlat.client import Client, RetryPolicy, Target
 from llmlat.schema import Record
+from llmlat.transport import BadResponse, ConnectionFailed, Pool, Response
 
 REQUEST = b"POST /v1/x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"
 SSE = (

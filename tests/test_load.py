@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llmlat.load import (
+from llmlat.loadshapes import (
     arrival_gaps,
     default_length,
     open_loop_schedule,

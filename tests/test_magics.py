@@ -24,7 +24,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import llmlat
-from llmlat.magics import LLMMagics, LLMSweep
+from llmlat.ipython import LLMMagics, LLMSweep
 
 pytestmark = pytest.mark.magics
 

@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 from sim_http import body_for, call
 
+from llmlat.cli.sim import add_config_arguments, config_from_args
 from llmlat.sim import SimConfig
-from llmlat.sim.cli import add_config_arguments, config_from_args
 from llmlat.sim.config import option_fields
 
 pytestmark = pytest.mark.timeout(60)

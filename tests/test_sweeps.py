@@ -24,9 +24,9 @@ import pandas as pd
 import pytest
 
 import llmlat
-from llmlat.load import open_loop_schedule
+from llmlat.engine import Sweeper, asweep, sweep
+from llmlat.loadshapes import open_loop_schedule
 from llmlat.sim import Simulator
-from llmlat.sweeps import Sweeper, asweep, sweep
 
 # fast, deterministic replica: 16-token answers, short steps
 MODEL = "llmlat-sim"  # the simulator requires a model name

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 # modules that each contribute one or more subcommands through add_parser(subparsers)
-_COMMANDS = ("llmlat.sweep_cli", "llmlat.sim.cli", "llmlat.report", "llmlat.demo")
+_COMMANDS = ("llmlat.cli.sweep", "llmlat.cli.sim", "llmlat.report", "llmlat.demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser with every subcommand registered."""
-    from llmlat import __version__
+    from llmlat._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="llmlat",

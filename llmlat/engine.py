@@ -1,6 +1,6 @@
 """The sweep engine: run the planned load levels against a target and record every request.
 
-:class:`Sweeper` executes the :class:`~llmlat.load.LevelPlan` of each level in order (closed
+:class:`Sweeper` executes the :class:`~llmlat.loadshapes.LevelPlan` of each level in order (closed
 loop: N workers; open loop / trace: sends at scheduled times, latency counted from the
 scheduled time), keeps one :class:`~llmlat.schema.Record` per issued request whatever happens,
 samples its own event-loop lag and CPU time per level (so a client-bound level can be flagged),
@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from llmlat import __version__
 from llmlat._loop import loop_factory, run_coroutine
+from llmlat._version import __version__
+from llmlat.apis import make_payload
 from llmlat.client import Client, RetryPolicy, Target, redact_url
-from llmlat.endpoints import make_payload
-from llmlat.load import LevelPlan, plan_levels
+from llmlat.loadshapes import LevelPlan, plan_levels
 from llmlat.results import DatasetWriter, SweepResult
 from llmlat.schema import (
     Attempt,
@@ -80,11 +80,11 @@ class Sweeper:
         The target, see :class:`llmlat.client.Target`. ``api_key_env`` names an environment
         variable; the key itself is never stored or shown.
     concurrency, rate, trace, think_time_s, arrival, burstiness, max_in_flight
-        The load shape and its levels, see :func:`llmlat.load.plan_levels`.
+        The load shape and its levels, see :func:`llmlat.loadshapes.plan_levels`.
     requests, duration_s, warmup, warmup_s
         How long each level runs (measured requests or seconds, after the warmup); the default
-        is enough for a steady state (:func:`llmlat.load.default_length`). Warmup rows are kept
-        with ``phase="warmup"``.
+        is enough for a steady state (:func:`llmlat.loadshapes.default_length`). Warmup rows
+        are kept with ``phase="warmup"``.
     pause_s : float
         Pause between levels.
     retries, backoff_base_s, backoff_max_s, max_retry_wait_s

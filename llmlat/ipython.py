@@ -1,8 +1,8 @@
 """The IPython extension: ``%load_ext llmlat`` registers ``%%llmsweep`` and ``%llmsim``.
 
 ``%%llmsweep`` takes the options of the ``llmlat sweep`` command (the parser is built by
-:mod:`llmlat.sweep_cli`, so the two never drift apart) plus a few of its own, and the cell body
-as the payload. ``%llmsim`` takes the simulator's own option list (:mod:`llmlat.sim.cli`).
+:mod:`llmlat.cli.sweep`, so the two never drift apart) plus a few of its own, and the cell body
+as the payload. ``%llmsim`` takes the simulator's own option list (:mod:`llmlat.cli.sim`).
 Defaults come from ``%config LLMSweep.<option> = ...``. Everything heavy is imported when a magic
 runs, not when the extension loads.
 """
@@ -98,7 +98,7 @@ _TRAIT_DEST = {
 
 def _sweep_parser() -> MagicArgumentParser:
     """Return the ``llmlat sweep`` parser, raising UsageError, with the magic's own options."""
-    from llmlat import sweep_cli
+    from llmlat.cli import sweep as sweep_cli
 
     subparsers = MagicArgumentParser(prog="%%llmsweep").add_subparsers()
     sweep_cli.add_parser(subparsers)  # subparsers are of the root's class: errors -> UsageError
@@ -116,7 +116,7 @@ def _sweep_parser() -> MagicArgumentParser:
 
 
 def _sim_parser() -> MagicArgumentParser:
-    from llmlat.sim.cli import add_config_arguments
+    from llmlat.cli.sim import add_config_arguments
 
     parser = MagicArgumentParser(
         prog="llmsim",
@@ -260,7 +260,7 @@ class LLMMagics(Magics):
         result = self._sweep(payload, args)
         if args.output is not None:
             self.shell.user_ns[args.output] = result
-        from llmlat.sweep_cli import warn_client_bound
+        from llmlat.cli.sweep import warn_client_bound
 
         summary = result.summary()
         warn_client_bound(summary)
@@ -370,7 +370,7 @@ class LLMMagics(Magics):
         return parser.parse_args(argv, namespace)
 
     def _sweep_options(self, args: argparse.Namespace) -> dict[str, Any]:
-        from llmlat import sweep_cli
+        from llmlat.cli import sweep as sweep_cli
 
         try:
             options = sweep_cli.options_from_args(args)
@@ -387,7 +387,7 @@ class LLMMagics(Magics):
 
     def _sweep(self, payload: Any, args: argparse.Namespace) -> SweepResult:
         from llmlat._loop import run_coroutine
-        from llmlat.sweeps import Sweeper
+        from llmlat.engine import Sweeper
 
         options = self._sweep_options(args)
         if payload is None:
@@ -417,8 +417,8 @@ class LLMMagics(Magics):
         )
 
     def _start_simulator(self, args: argparse.Namespace) -> None:
+        from llmlat.cli.sim import config_from_args
         from llmlat.sim import Simulator
-        from llmlat.sim.cli import config_from_args
 
         try:
             config = config_from_args(args)
@@ -440,7 +440,7 @@ class LLMMagics(Magics):
 
 
 def _read_payload(path: Any) -> Any:
-    from llmlat import sweep_cli
+    from llmlat.cli import sweep as sweep_cli
 
     try:
         return sweep_cli.read_payload(path)

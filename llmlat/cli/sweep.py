@@ -154,7 +154,7 @@ def read_payload(path: Path) -> Any:
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """Turn parsed ``llmlat sweep`` options into keyword options of :class:`~llmlat.sweeps.Sweeper`.
+    """Turn parsed ``llmlat sweep`` options into keyword options of :class:`~llmlat.engine.Sweeper`.
 
     Parameters
     ----------
@@ -207,8 +207,8 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from llmlat.engine import sweep
     from llmlat.summary import brief
-    from llmlat.sweeps import sweep
 
     warnings.formatwarning = _one_line_warning
     payload = args.prompt if args.payload is None else read_payload(args.payload)

@@ -1,0 +1,3 @@
+"""The package version, in a module of its own so that no module needs the package root for it."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,9 @@
+"""Sweep results: the tables, their files and the journal that keeps rows while a sweep runs.
+
+:class:`SweepResult` holds the tables; :meth:`SweepResult.save` writes parquet + a JSON sidecar,
+:func:`read` opens them, and :class:`DatasetWriter` journals rows crash-safely during a sweep.
+"""
+
+from llmlat.results.dataset import DatasetWriter, SweepResult, read
+
+__all__ = ["DatasetWriter", "SweepResult", "read"]
