@@ -121,7 +121,13 @@ def _sim_parser() -> MagicParser:
         add_help=False,
         description="Start, stop or show the built-in simulated provider of this notebook.",
     )
-    parser.add_argument("action", nargs="?", default="status", choices=("start", "stop", "status"))
+    parser.add_argument(
+        "action",
+        nargs="?",
+        default="status",
+        choices=("start", "stop", "status"),
+        help="start (or restart) a simulator, stop it, or show it (default: status)",
+    )
     parser.add_argument("--port", type=int, default=0, help="port (default: 0, a free one)")
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
     add_config_arguments(parser)
@@ -135,9 +141,21 @@ def _fit_parser() -> MagicParser:
         description="Fit a queueing model to a sweep (a SweepResult or a DataFrame variable).",
     )
     parser.add_argument("name", help="variable holding the sweep, e.g. res from %%llmsweep -o res")
-    parser.add_argument("--model", default="auto", help="auto, mm1, mmc, mgc, closed or batch")
-    parser.add_argument("--metric", default="latency", choices=("latency", "ttft"))
-    parser.add_argument("--stat", default="mean", choices=("mean", "p50", "p95", "p99"))
+    parser.add_argument(
+        "--model", default="auto", help="auto, mm1, mmc, mgc, closed or batch (default: auto)"
+    )
+    parser.add_argument(
+        "--metric",
+        default="latency",
+        choices=("latency", "ttft"),
+        help="what to model: end-to-end latency or time to first token (default: latency)",
+    )
+    parser.add_argument(
+        "--stat",
+        default="mean",
+        choices=("mean", "p50", "p95", "p99"),
+        help="the per-level statistic fitted (default: mean)",
+    )
     parser.add_argument(
         "--compare", action="store_true", help="show every model ranked by AIC instead"
     )
@@ -215,26 +233,23 @@ class LLMMagics(Magics):
         self.simulator: SimulatorProcess | None = None
 
     @line_cell_magic
-    def llmsweep(self, line: str, cell: str | None = None) -> pd.DataFrame | None:
+    def llmsweep(self, line: str, cell: str | None = None) -> SweepResult | pd.DataFrame | None:
         """Measure latency at several load levels; the cell body is what to send.
 
-        ::
-
-            %%llmsweep -c 1,10,100 -n 50 -o res --save run.parquet
-            {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}
-
-            %llmsweep -c 1,10 -n 20 --prompt "Hi" -o res
+        A cell ``%%llmsweep -c 1,10,100 -n 50 -o res --save run.parquet`` with the body
+        ``{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}``, or a line
+        ``%llmsweep -c 1,10 -n 20 --prompt "Hi" -o res``.
 
         The body is a JSON request body, a JSON list of them (cycled), or plain text taken as
-        the user's prompt. As a line magic it sends ``--prompt`` / ``--payload``, or the default
-        prompt.
-        Options are those of ``llmlat sweep`` (``%llmsweep --help`` lists them) plus
-        ``-c``/``-r``/``-n`` for ``--concurrency``/``--rate``/``--requests``, ``-o NAME`` to
-        store the SweepResult, and ``--stream``. ``$var`` and ``{expr}`` expand from the
-        namespace. Without ``--url`` (or ``%config LLMSweep.url``) it measures the simulator of
-        ``%llmsim start``, else one started for the run. Returns the per-level summary; a
-        trailing ``;`` on the line or the body silences it. Interrupting the kernel stops the
-        sweep: the partial result is stored and saved.
+        the user's prompt; the line magic sends ``--prompt`` / ``--payload``, or the default
+        prompt. The options are those of ``llmlat sweep`` (``%llmsweep --help`` lists them),
+        plus ``-c``/``-r``/``-n`` for ``--concurrency``/``--rate``/``--requests``, ``-o NAME``
+        to store the SweepResult and ``--full``; defaults come from
+        ``%config LLMSweep.<option>``. ``$var`` and ``{expr}`` expand from the namespace.
+        Without ``--url`` it measures the simulator of ``%llmsim start``, else one started for
+        the run. Returns the SweepResult, shown as its compact per-level table (``--full``:
+        the full summary table); a trailing ``;`` on the line or the body silences it.
+        Interrupting the kernel stops the sweep: the partial result is stored and saved.
         """
         line, quiet_line = _trailing_semicolon(line)
         cell, quiet_cell = _trailing_semicolon(cell or "")
@@ -255,21 +270,19 @@ class LLMMagics(Magics):
 
         summary = result.summary()
         warn_client_bound(summary)
-        return None if quiet_line or quiet_cell else summary
+        if quiet_line or quiet_cell:
+            return None
+        return summary if args.full else result  # the result shows its compact table
 
     @line_magic
     def llmsim(self, line: str) -> None:
         """Start, stop or show the built-in simulated provider: ``%llmsim [start|stop|status]``.
 
-        ::
-
-            %llmsim start --preset article --seed 1
-            %llmsim status
-            %llmsim stop
-
-        ``start`` takes the options of ``llmlat sim`` (``%llmsim --help`` lists them) and
-        replaces a simulator already running. While one runs, ``%%llmsweep`` without ``--url``
-        measures it.
+        For example ``%llmsim start --preset article --seed 1``, ``%llmsim status``,
+        ``%llmsim stop``. ``start`` takes the options of ``llmlat sim`` (``%llmsim --help``
+        lists them) and replaces a simulator already running. The simulator is a child
+        process on 127.0.0.1, stopped with the kernel at the latest. While one runs,
+        ``%%llmsweep`` without ``--url`` measures it.
         """
         args = self._parse(_sim_parser(), line)
         if args is None:
@@ -294,11 +307,9 @@ class LLMMagics(Magics):
     def llmfit(self, line: str) -> Any:
         """Fit a queueing model to a measured sweep: ``%llmfit res [--model auto] [-o fit]``.
 
-        ::
-
-            %llmfit res                      # the best model by AIC, its summary shown
-            %llmfit res --model mmc -o fit   # c and mu of an M/M/c, stored as fit
-            %llmfit res --compare            # every model side by side
+        For example ``%llmfit res`` (the best model by AIC, its summary shown),
+        ``%llmfit res --model mmc -o fit`` (c and mu of an M/M/c, stored as ``fit``),
+        ``%llmfit res --compare`` (every model side by side).
 
         Returns the :class:`~llmlat.fitting.FitResult` (its summary shows under the cell), or
         with ``--compare`` the table of models. Data that cannot identify a model is a one-line

@@ -71,7 +71,7 @@ def test_sweep_without_url_runs_the_builtin_simulator(tmp_path):
         (["--concurrency", "1", "--timeout", "3"], "--timeout: unknown option (did you mean"),
         (["--rate", "-1"], "--rate: must be"),
         (["--concurrency", "2", "--api", "grpc"], "--api: 'grpc' is not allowed (one of openai"),
-        (["--concurrency", "2", "--payload", "/nonexistent/p.json"], "payload: cannot read"),
+        (["--concurrency", "2", "--payload", "/nonexistent/p.json"], "--payload: cannot read"),
         (
             ["--concurrency", "2", "--url", "http://127.0.0.1:9", "--simulator", "article"],
             "--simulator: only used without --url",
@@ -180,4 +180,4 @@ def test_client_bound_levels_get_a_warning(capsys):
     )
     warn_client_bound(summary)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("warning: at level 100 ")
+    assert len(lines) == 1 and lines[0].startswith("llmlat: warning: at level 100 ")

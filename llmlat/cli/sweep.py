@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from llmlat._notice import notice
 from llmlat.cli.options import add_config_options, options_from_args
 
 __all__ = ["add_parser", "add_payload_options", "read_payload", "warn_client_bound"]
@@ -92,15 +93,14 @@ def read_payload(path: Path) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from llmlat._display import compact, to_text
     from llmlat.engine import sweep
-    from llmlat.summary import brief
 
     warnings.formatwarning = _one_line_warning
     payload = args.prompt if args.payload is None else read_payload(args.payload)
     result = sweep(payload, **options_from_args(args))
     summary = result.summary()
-    table = summary if args.full else brief(summary)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    print(to_text(summary if args.full else compact(summary)))
     warn_client_bound(summary)
     if result.meta["load"]["save"] is not None:
         print(
@@ -114,7 +114,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def warn_client_bound(summary: Any) -> None:
-    """Print to stderr a warning for each level the engine's self-diagnosis flagged as client-bound.
+    """Say which levels the engine's self-diagnosis flagged as client-bound.
 
     Parameters
     ----------
@@ -124,10 +124,9 @@ def warn_client_bound(summary: Any) -> None:
     if "client_bound" not in summary.columns:
         return
     for level in summary.loc[summary["client_bound"].fillna(False).astype(bool), "level"]:
-        print(
+        notice(
             f"warning: at level {level:g} the client itself was busy (CPU or event-loop lag): "
-            "its latencies may be inflated",
-            file=sys.stderr,
+            "its latencies may be inflated"
         )
 
 

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmlat._display import compact, to_html, to_text
 from llmlat.schema import (
     ATTEMPT_COLUMNS,
     LEVEL_COLUMNS,
@@ -52,7 +53,7 @@ from llmlat.schema import (
     Record,
     coerce,
 )
-from llmlat.summary import brief, summarize
+from llmlat.summary import summarize
 
 __all__ = ["DatasetWriter", "SweepResult", "read"]
 
@@ -447,15 +448,14 @@ class SweepResult:
 
     def __repr__(self) -> str:
         parts, counts = self._headline()
-        return f"SweepResult({', '.join([*parts, counts])})"
+        head = f"SweepResult({', '.join([*parts, counts])})"
+        table = compact(self.summary())
+        return head if table.empty else f"{head}\n{to_text(table)}"
 
     def _repr_html_(self) -> str:
         parts, counts = self._headline()
         head = " · ".join(html.escape(p) for p in [*parts, counts])
-        body = brief(self.summary()).to_html(
-            index=False, na_rep="–", float_format=lambda v: f"{v:.4g}", border=0
-        )
-        return f"<div><p><b>llmlat sweep</b> · {head}</p>{body}</div>"
+        return f"<div><p><b>llmlat sweep</b> · {head}</p>{to_html(compact(self.summary()))}</div>"
 
 
 # ---------------------------------------------------------------- files
