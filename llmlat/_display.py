@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["COMPACT_COLUMNS", "compact", "to_html", "to_text"]
+__all__ = ["COMPACT_COLUMNS", "compact", "to_text"]
 
 #: Summary column -> the compact table's heading, in order.
 COMPACT_COLUMNS = {
@@ -70,29 +70,19 @@ def _number(value: Any) -> str:
     return f"{value:.4g}"
 
 
-def to_text(table: pd.DataFrame) -> str:
-    """Format a table for a terminal: 4 significant digits, ``-`` for a missing value.
+def to_text(table: pd.DataFrame, *, html: bool = False) -> str:
+    """Format a table for a terminal (or as HTML): 4 significant digits, ``-`` when missing.
 
     Parameters
     ----------
     table : pandas.DataFrame
+    html : bool, default False
+        An HTML table instead of text.
 
     Returns
     -------
     str
     """
+    if html:
+        return table.to_html(index=False, float_format=_number, na_rep="-", border=0)
     return table.to_string(index=False, float_format=_number, na_rep="-")
-
-
-def to_html(table: pd.DataFrame) -> str:
-    """Format a table as HTML: 4 significant digits, ``-`` for a missing value.
-
-    Parameters
-    ----------
-    table : pandas.DataFrame
-
-    Returns
-    -------
-    str
-    """
-    return table.to_html(index=False, float_format=_number, na_rep="-", border=0)

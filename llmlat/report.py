@@ -177,7 +177,7 @@ def _fmt(value: Any) -> Any:
 
 
 def _page(result: Any, summary: Any, report: Report, title: str) -> str:
-    from llmlat._display import compact, to_html
+    from llmlat._display import compact, to_text
 
     meta = result.meta
     parts = [
@@ -201,7 +201,7 @@ def _page(result: Any, summary: Any, report: Report, title: str) -> str:
         )
     parts += [
         "<h2>Summary per level</h2>",
-        f"<div class='scroll'>{to_html(compact(summary))}</div>",
+        f"<div class='scroll'>{to_text(compact(summary), html=True)}</div>",
         f"<p class='meta'>Every summary column: <a href='{_SUMMARY_CSV}' download>"
         f"{_SUMMARY_CSV}</a>.</p>",
     ]

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from llmlat._display import compact, to_html, to_text
+from llmlat._display import compact, to_text
 from llmlat.schema import (
     ATTEMPT_COLUMNS,
     LEVEL_COLUMNS,
@@ -455,7 +455,8 @@ class SweepResult:
     def _repr_html_(self) -> str:
         parts, counts = self._headline()
         head = " · ".join(html.escape(p) for p in [*parts, counts])
-        return f"<div><p><b>llmlat sweep</b> · {head}</p>{to_html(compact(self.summary()))}</div>"
+        table = to_text(compact(self.summary()), html=True)
+        return f"<div><p><b>llmlat sweep</b> · {head}</p>{table}</div>"
 
 
 # ---------------------------------------------------------------- files
