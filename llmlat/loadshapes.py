@@ -155,7 +155,7 @@ def open_loop_schedule(
     """
     _check_arrival(arrival, burstiness)
     if not (rate > 0 and math.isfinite(rate)):
-        raise ValueError(f"rate: must be a positive number, got {rate!r}")
+        raise ValueError(f"rate: {rate!r} is not allowed (a number of requests/s > 0)")
     if (requests is None) == (duration_s is None):
         raise ValueError("requests: give exactly one of requests and duration_s")
     if arrival == "constant":  # exact multiples: a cumulative sum would drift
@@ -512,13 +512,15 @@ def _per_level(name: str, value: Any, n_levels: int) -> list:
         return [value] * n_levels
     values = list(value)
     if len(values) != n_levels:
-        raise ValueError(f"{name}: give one value or one per level ({n_levels}), got {len(values)}")
+        raise ValueError(
+            f"{name}: give one value or one per level ({n_levels} levels), got {len(values)}"
+        )
     return values
 
 
 def _check_arrival(arrival: str, burstiness: float) -> None:
     if arrival not in ARRIVALS:
-        raise ValueError(f"arrival: must be one of {', '.join(ARRIVALS)}, got {arrival!r}")
+        raise ValueError(f"arrival: {arrival!r} is not allowed (one of {', '.join(ARRIVALS)})")
     _check_float("burstiness", burstiness, positive=True)
 
 
@@ -527,7 +529,7 @@ def _check_int(name: str, value: Any, *, minimum: int) -> None:
         return
     ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum
     if not ok:
-        raise ValueError(f"{name}: must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name}: {value!r} is not allowed (an integer >= {minimum})")
 
 
 def _check_float(name: str, value: Any, *, positive: bool = False) -> None:
@@ -537,4 +539,4 @@ def _check_float(name: str, value: Any, *, positive: bool = False) -> None:
     ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
     if not ok:
         bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name}: must be a finite number {bound}, got {value!r}")
+        raise ValueError(f"{name}: {value!r} is not allowed (a finite number {bound})")
