@@ -28,7 +28,7 @@ def test_per_level_lengths():
     assert [p.stop_rule for p in plans] == ["duration", "duration"]
     assert plans[0].schedule.offsets_s.max() < 3.0 < plans[1].schedule.offsets_s.max() < 4.0
     assert SweepConfig(concurrency=[1, 2, 3], requests=[5, 6, 7]).requests == (5, 6, 7)
-    with pytest.raises(ValueError, match=r"^requests: give one value or one per level \(3 levels\)"):
+    with pytest.raises(ValueError, match=r"^requests: give one value or one per level \(3 lev"):
         SweepConfig(concurrency=[1, 2, 3], requests=[5, 6])
 
 
