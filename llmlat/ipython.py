@@ -16,12 +16,23 @@ import os
 import shlex
 import socket
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import urlsplit
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
-from traitlets import Bool, Dict, Enum, Float, Int, List, TraitType, Unicode, Union
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    Int,
+    List,
+    MetaHasTraits,
+    TraitType,
+    Unicode,
+    Union,
+)
 from traitlets.config import Configurable
 
 from llmlat.cli.options import OneLineParser, add_config_options, flag_message, options_from_args
@@ -76,17 +87,20 @@ def _trait(spec: OptionSpec) -> TraitType:
 
 #: Defaults of ``%%llmsweep``, set with ``%config LLMSweep.<option> = value``: one trait per
 #: option of :class:`~llmlat.config.SweepConfig`, generated from it.
-LLMSweep = type(Configurable)(
-    "LLMSweep",
-    (Configurable,),
-    {
-        "__doc__": "Defaults of ``%%llmsweep``, set with ``%config LLMSweep.<option> = value``.\n\n"
-        "One trait per option of :class:`llmlat.config.SweepConfig` (same name, help and "
-        "validation). An option given on the magic's line wins; an unset one (None) keeps "
-        "the model's default.",
-        "__module__": __name__,
-        **{spec.name: _trait(spec) for spec in option_specs()},
-    },
+LLMSweep = cast(
+    "type[Configurable]",  # a class made by traitlets' metaclass from the options model
+    MetaHasTraits(
+        "LLMSweep",
+        (Configurable,),
+        {
+            "__doc__": "Defaults of ``%%llmsweep``, set with ``%config LLMSweep.<option> = value``.\n\n"
+            "One trait per option of :class:`llmlat.config.SweepConfig` (same name, help and "
+            "validation). An option given on the magic's line wins; an unset one (None) keeps "
+            "the model's default.",
+            "__module__": __name__,
+            **{spec.name: _trait(spec) for spec in option_specs()},
+        },
+    ),
 )
 
 
@@ -227,7 +241,7 @@ class LLMMagics(Magics):
         The ``%config``-able defaults of ``%%llmsweep``.
     """
 
-    def __init__(self, shell: InteractiveShell, defaults: LLMSweep) -> None:
+    def __init__(self, shell: InteractiveShell, defaults: Configurable) -> None:
         super().__init__(shell)
         self.defaults = defaults
         self.simulator: SimulatorProcess | None = None
@@ -265,7 +279,7 @@ class LLMMagics(Magics):
             raise UsageError("give the payload in the cell body or with --prompt/--payload")
         result = self._sweep(payload, args)
         if args.output is not None:
-            self.shell.user_ns[args.output] = result
+            self._namespace[args.output] = result
         from llmlat.cli.sweep import warn_client_bound
 
         summary = result.summary()
@@ -321,9 +335,9 @@ class LLMMagics(Magics):
         args = self._parse(_fit_parser(), line)
         if args is None:
             return None
-        if args.name not in self.shell.user_ns:
+        if args.name not in self._namespace:
             raise UsageError(f"%llmfit: no variable named {args.name!r}")
-        data = self.shell.user_ns[args.name]
+        data = self._namespace[args.name]
         try:
             if args.compare:
                 out = compare(data, metric=args.metric, stat=args.stat)
@@ -332,7 +346,7 @@ class LLMMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%llmfit: {exc}") from None
         if args.output is not None:
-            self.shell.user_ns[args.output] = out
+            self._namespace[args.output] = out
         return None if quiet else out
 
     def stop_simulator(self) -> bool:
@@ -350,6 +364,12 @@ class LLMMagics(Magics):
         return True
 
     # ------------------------------------------------------------------ helpers
+
+    @property
+    def _namespace(self) -> dict[str, Any]:
+        """The user's namespace (the magics are registered with a shell)."""
+        assert self.shell is not None
+        return self.shell.user_ns
 
     def _configured(self) -> dict[str, Any]:
         """Return the options set with ``%config LLMSweep.<option>``."""
