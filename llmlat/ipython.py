@@ -47,8 +47,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["LLMMagics", "LLMSweep", "load_ipython_extension", "unload_ipython_extension"]
 
-# magic-only short forms of options
-_SHORT = {"concurrency": "-c", "rate": "-r", "requests": "-n"}
 _CONNECT_TIMEOUT_S = 3.0
 
 
@@ -93,7 +91,7 @@ LLMSweep = cast(
         "LLMSweep",
         (Configurable,),
         {
-            "__doc__": "Defaults of ``%%llmsweep``, set with ``%config LLMSweep.<option> = value``.\n\n"
+            "__doc__": "Defaults of ``%%llmsweep``: ``%config LLMSweep.<option> = value``.\n\n"
             "One trait per option of :class:`llmlat.config.SweepConfig` (same name, help and "
             "validation). An option given on the magic's line wins; an unset one (None) keeps "
             "the model's default.",
@@ -123,7 +121,7 @@ def _sweep_parser() -> MagicParser:
     )
     own.add_argument("-h", "--help", action="store_true", help="show this help")
     add_payload_options(parser)
-    add_config_options(parser, short=_SHORT)
+    add_config_options(parser)
     return parser
 
 

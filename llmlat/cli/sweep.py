@@ -55,7 +55,7 @@ def add_parser(subparsers: Any) -> None:
         help="measure latency at several load levels",
         description="Send load at each level in turn, record every request, print a per-level "
         "table. Give one of --concurrency, --rate or --trace.",
-        usage="llmlat sweep (--concurrency N,N,... | --rate R,R,... | --trace FILE) [options]",
+        usage="llmlat sweep (-c N,N,... | -r R,R,... | --trace FILE) [options]",
     )
     add_payload_options(p)
     add_config_options(p)
