@@ -68,7 +68,7 @@ def test_sweep_without_url_runs_the_builtin_simulator(tmp_path):
         (["--concurrency", "1", "--rate", "2"], "--concurrency: give exactly one of"),
         ([], "--concurrency: give exactly one of --concurrency, --rate and --trace"),
         (["--concurency", "1,10"], "--concurency: unknown option (did you mean --concurrency?)"),
-        (["-c", "1", "--api", "opena-chat"], "--api: 'opena-chat' is not allowed (one of openai-chat"),
+        (["-c", "1", "--api", "opena-chat"], "--api: 'opena-chat' is not allowed (one of "),
         (["--concurrency", "1", "--timeout", "3"], "--timeout: unknown option (did you mean"),
         (["--rate", "-1"], "--rate: -1.0 is not allowed (a finite number > 0)"),
         (["--concurrency", "2", "--api", "grpc"], "--api: 'grpc' is not allowed (one of openai"),
