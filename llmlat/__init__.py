@@ -2,12 +2,12 @@
 
 The public API is what ``__all__`` lists; everything else is an implementation detail that may
 change. Measure with :func:`sweep` (or :func:`asweep` under a running event loop, or a
-:class:`Sweeper` set up once and run later) against a :class:`Target` with a
-:class:`RetryPolicy`; get a :class:`SweepResult` back (:func:`read` opens a saved one); fit
-queueing models with :func:`fit` and :func:`compare` (a :class:`FitResult`); test against the
-built-in :class:`Simulator` (a :class:`SimConfig`). :mod:`llmlat.datasets`, :mod:`llmlat.plot`,
-:mod:`llmlat.queueing` and :mod:`llmlat.schema` (the columns of :class:`Record` and
-:class:`Attempt`) are public modules.
+:class:`Sweeper` set up once and run later); every option of a sweep is a field of
+:class:`SweepConfig` (its views: the :class:`Target` and the :class:`RetryPolicy`). Get a
+:class:`SweepResult` back (:func:`read` opens a saved one); fit queueing models with :func:`fit`
+and :func:`compare` (a :class:`FitResult`); test against the built-in :class:`Simulator` (a
+:class:`SimConfig`). :mod:`llmlat.datasets`, :mod:`llmlat.plot`, :mod:`llmlat.queueing` and
+:mod:`llmlat.schema` (the columns of :class:`Record` and :class:`Attempt`) are public modules.
 
 Heavy pieces (statsmodels, seaborn, the simulator) load on first use, so ``import llmlat`` stays
 cheap and never imports IPython or patches asyncio.
@@ -25,8 +25,9 @@ _LAZY = {
     "sweep": "llmlat.engine",
     "asweep": "llmlat.engine",
     "Sweeper": "llmlat.engine",
-    "Target": "llmlat.client",
-    "RetryPolicy": "llmlat.client",
+    "SweepConfig": "llmlat.config",
+    "Target": "llmlat.config",
+    "RetryPolicy": "llmlat.config",
     "SweepResult": "llmlat.results",
     "read": "llmlat.results",
     "fit": "llmlat.fitting",
@@ -48,6 +49,7 @@ __all__ = [
     "RetryPolicy",
     "SimConfig",
     "Simulator",
+    "SweepConfig",
     "SweepResult",
     "Sweeper",
     "Target",
@@ -65,7 +67,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover
     from llmlat import datasets, plot, queueing, schema
-    from llmlat.client import RetryPolicy, Target
+    from llmlat.config import RetryPolicy, SweepConfig, Target
     from llmlat.engine import Sweeper, asweep, sweep
     from llmlat.fitting import FitResult, compare, fit
     from llmlat.results import SweepResult, read

@@ -30,6 +30,7 @@ PUBLIC = [
     "RetryPolicy",
     "SimConfig",
     "Simulator",
+    "SweepConfig",
     "SweepResult",
     "Sweeper",
     "Target",
