@@ -38,10 +38,15 @@ test: lint typecheck
 	$(VENV)/bin/python -m pytest
 	$(MAKE) --no-print-directory test-py313
 
+# installed again only when pyproject.toml changes, as the main venv
+.venv313/.stamp-test: pyproject.toml
+	@test -x .venv313/bin/python || $(PY313) -m venv .venv313
+	.venv313/bin/pip install $(PIP_FLAGS) -e '.[test]'
+	@touch $@
+
 test-py313:
 	@if [ -z "$(PY313)" ]; then echo "python3.13 not found: magic tests on 3.13 skipped"; exit 0; fi; \
-	set -e; test -x .venv313/bin/python || $(PY313) -m venv .venv313; \
-	.venv313/bin/pip install $(PIP_FLAGS) -e '.[test]'; \
+	set -e; $(MAKE) --no-print-directory .venv313/.stamp-test; \
 	.venv313/bin/python -m pytest -m "magics and not analysis" -p no:cacheprovider
 
 bench: $(VENV)/.stamp-test
