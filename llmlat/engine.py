@@ -38,8 +38,9 @@ import numpy as np
 from llmlat._loop import loop_factory, run_coroutine
 from llmlat._version import __version__
 from llmlat.apis import make_payload
-from llmlat.client import Client, RetryPolicy, Target, redact_url
+from llmlat.client import Client, FailFast, RetryPolicy, Target, list_models
 from llmlat.loadshapes import LevelPlan, plan_levels
+from llmlat.redact import redact_url
 from llmlat.results import DatasetWriter, SweepResult
 from llmlat.schema import (
     Attempt,
@@ -49,6 +50,7 @@ from llmlat.schema import (
     levels_frame,
     requests_frame,
 )
+from llmlat.transport import TRANSPORTS
 
 __all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "sweep"]
 
@@ -100,6 +102,12 @@ class Sweeper:
         :func:`llmlat.read`).
     run_id : str, optional
         Identifies the run in every row; generated when None.
+    transport : str
+        ``"http11"`` (llmlat's own HTTP/1.1 pool, the default) or ``"aiohttp"`` (honours
+        ``HTTP(S)_PROXY`` / ``NO_PROXY``), see :class:`llmlat.client.Client`.
+    preconnect : bool
+        Open a closed-loop level's connections (one per worker; per ``max_in_flight`` in an open
+        loop) before its clock starts, as a real client keeps a warm pool.
 
     Raises
     ------
@@ -140,7 +148,19 @@ class Sweeper:
         progress: bool = True,
         save: str | os.PathLike | None = None,
         run_id: str | None = None,
+        transport: str = "http11",
+        preconnect: bool = True,
     ) -> None:
+        # (issue 11: transport, preconnect; the options model takes them over at merge)
+        if transport not in TRANSPORTS:
+            raise ValueError(
+                f"transport: expected one of {', '.join(TRANSPORTS)}, got {transport!r}"
+            )
+        if not isinstance(preconnect, bool):
+            raise ValueError("preconnect: expected True or False")
+        self._transport = transport
+        self._preconnect = preconnect
+        self._fail_fast = FailFast()
         self._plans = plan_levels(
             concurrency=concurrency,
             rate=rate,
@@ -311,6 +331,15 @@ class Sweeper:
     # ------------------------------------------------------------------ the run
 
     async def _run_against(self, url: str, sim_config: dict | None) -> SweepResult:
+        if self._target_options["model"] is None:
+            target = Target(url, **self._target_options)
+            models = await list_models(target, transport=self._transport)
+            self._target_options["model"] = models[0]
+            print(
+                f"llmlat: no model given: using {models[0]!r}, the first of the {len(models)} "
+                "the server lists (GET /v1/models)",
+                file=sys.stderr,
+            )
         target = Target(url, **self._target_options)
         self._t0_ns = time.perf_counter_ns()
         self._meta = {
@@ -344,7 +373,12 @@ class Sweeper:
         gc.freeze()
         try:
             async with Client(
-                target, self._retry, run_id=self._run_id, t0_ns=self._t0_ns, seed=self._seed
+                target,
+                self._retry,
+                run_id=self._run_id,
+                t0_ns=self._t0_ns,
+                seed=self._seed,
+                transport=self._transport,
             ) as client:
                 for plan in self._plans:
                     if self._stopping:
@@ -365,6 +399,8 @@ class Sweeper:
         return self.result()
 
     async def _run_level(self, plan: LevelPlan, client: Client) -> None:
+        if self._preconnect:  # before the level's clock starts: connects are not its latency
+            await client.preconnect(plan.workers or plan.max_in_flight or 0)
         stats = LevelStats(self._run_id, plan.value, plan.kind, t_start=self._now())
         issued_before = len(self._issued)
         lags: list[float] = []
@@ -482,6 +518,11 @@ class Sweeper:
             self._finish(record, attempts)
 
     def _finish(self, record: Record, attempts: list[Attempt]) -> None:
+        reason = self._fail_fast.observe(record)
+        if reason is not None:  # the first requests all failed the same way: more would too
+            self._meta["stopped_reason"] = reason
+            print(f"llmlat: stopping: {reason}", file=sys.stderr)
+            self.stop()
         self._unfinished.pop(record.request_id, None)
         self._attempts.extend(attempts)
         self._pending[0].append(record)
@@ -559,7 +600,9 @@ class Sweeper:
         if self._writer is None:
             return
         self._flush()
-        self._writer.close({"interrupted": self._interrupted})
+        self._writer.close(
+            {"interrupted": self._interrupted, "stopped_reason": self._meta.get("stopped_reason")}
+        )
         self._writer = None
 
     def _make_bar(self) -> Any:

@@ -25,6 +25,8 @@ from IPython.core.magic_arguments import MagicArgumentParser
 from traitlets import Bool, Enum, Float, Int, Unicode
 from traitlets.config import Configurable
 
+from llmlat.redact import redact
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from IPython.core.interactiveshell import InteractiveShell
@@ -201,8 +203,7 @@ def _check_reachable(url: str) -> None:
 
 def _redact(text: str, api_key_env: str | None) -> str:
     """Remove the API key's value from a message, should any layer ever have echoed it."""
-    key = os.environ.get(api_key_env) if api_key_env else None
-    return text.replace(key, "***") if key else text
+    return redact(text, [os.environ.get(api_key_env) if api_key_env else None])
 
 
 @magics_class

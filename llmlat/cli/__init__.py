@@ -44,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        The process exit code: 0 on success, 2 on bad usage, 130 when interrupted.
+        The process exit code: 0 on success, 2 on bad usage, 3 when a sweep had no successful
+        request, 130 when interrupted.
     """
     parser = build_parser()
     args = parser.parse_args(argv)

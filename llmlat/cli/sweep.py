@@ -7,7 +7,8 @@ Examples::
 
 Ctrl-C stops new sends, gives the requests in flight a few seconds to finish (a second Ctrl-C
 cancels them at once; each stays a row), prints and saves what was measured, and exits with
-code 130.
+code 130. A sweep in which no request succeeded exits with code 3 and prints the last error
+(when the first requests all fail the same way, the sweep stops there).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "options_from_args", "read_payload", "warn_client_bound"]
+__all__ = ["NO_SUCCESS", "add_parser", "options_from_args", "read_payload", "warn_client_bound"]
+
+#: Exit code of a sweep in which no request succeeded (connection refused, TLS, 401, ...).
+NO_SUCCESS = 3
 
 
 def _list_of(kind: type, name: str) -> Any:
@@ -215,9 +219,16 @@ def _run(args: argparse.Namespace) -> int:
     result = sweep(payload, **options_from_args(args))
     summary = result.summary()
     print(brief(summary).to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
-    warn_client_bound(summary)
+    succeeded = bool(result.requests["ok"].any())
+    if succeeded:  # with no success there is nothing the client could have inflated
+        warn_client_bound(summary)
     if args.save is not None:
         print(f"saved {len(result.requests)} requests to {args.save}", file=sys.stderr)
+    if not succeeded:
+        errors = result.requests["error"].dropna()
+        said = f": {errors.iloc[-1]}" if len(errors) else ""
+        print(f"error: no request succeeded{said}", file=sys.stderr)
+        return NO_SUCCESS
     if result.meta.get("interrupted"):
         print("interrupted: the results above are partial", file=sys.stderr)
         return 130
