@@ -37,9 +37,10 @@ from urllib.parse import urlsplit
 
 from llmlat._version import __version__
 from llmlat.apis import API_NAMES, BodyResult, StreamParser, get_endpoint, make_payload
-from llmlat.redact import credential_header, one_line, redact_url, remember
+from llmlat.redact import credential_header, forget, one_line, redact_url, remember
 from llmlat.schema import Attempt, Record
 from llmlat.transport import (
+    CONNECT_FAILED,
     TRANSPORTS,
     BadResponse,
     ConnectionFailed,
@@ -357,11 +358,14 @@ class Client:
         self._endpoint = get_endpoint(target.api)
         self._url = self._endpoint.url(target.url)
         self._pool: Any = None
+        self._secrets: list[str] = []
         self._last: tuple[Any, bytes] = (None, b"")
 
     async def __aenter__(self) -> Client:
         """Read the API key and make the connection pool (connections open as needed)."""
-        self._pool = make_transport(self.transport, self._url, _request_headers(self.target))
+        headers = _request_headers(self.target)
+        self._pool = make_transport(self.transport, self._url, headers)
+        self._secrets = remember(headers=headers)  # masked in every text while this is open
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -373,6 +377,7 @@ class Client:
         if self._pool is not None:
             await self._pool.aclose()
             self._pool = None
+            forget(self._secrets)
 
     async def preconnect(self, n: int) -> int:
         """Open connections until ``n`` are idle, so the requests that follow find them warm.
@@ -600,7 +605,7 @@ class Client:
 
 
 def _request_headers(target: Target) -> dict[str, str]:
-    """Build the headers of every request to ``target``, remembering its secrets for redaction.
+    """Build the headers of every request to ``target``.
 
     Warns before credentials would go over plain http to another machine.
     """
@@ -610,7 +615,6 @@ def _request_headers(target: Target) -> dict[str, str]:
     headers["Accept-Encoding"] = "identity"  # the stream is parsed as it arrives, raw
     if target.headers:
         headers.update(target.headers)
-    remember([key], headers=headers)
     credentials = key is not None or any(credential_header(k) for k in target.headers or {})
     parts = urlsplit(target.url)
     if credentials and parts.scheme == "http" and not _loopback(parts.hostname or ""):
@@ -653,7 +657,9 @@ async def list_models(target: Target, *, transport: str = "http11") -> list[str]
     """
     endpoint = get_endpoint(target.api)
     url = endpoint.url(target.url, "/v1/models")
-    pool = make_transport(transport, url, _request_headers(target), method="GET")
+    headers = _request_headers(target)
+    pool = make_transport(transport, url, headers, method="GET")
+    secrets = remember(headers=headers)
     resp = Response()
     try:
         async with asyncio.timeout(min(target.timeout_s, 30.0)):
@@ -665,6 +671,7 @@ async def list_models(target: Target, *, transport: str = "http11") -> list[str]
         ) from None
     finally:
         await pool.aclose()
+        forget(secrets)
     models = endpoint.models(bytes(resp.body)) if resp.status == 200 else []
     if not models:
         said = f"HTTP {resp.status}" if resp.status != 200 else "no models"
@@ -677,8 +684,8 @@ async def list_models(target: Target, *, transport: str = "http11") -> list[str]
 class FailFast:
     """Says when a run's first requests all failed the same way, so more would too.
 
-    The ways that stop a run are the ones no waiting cures: no connection (refused, TLS, DNS)
-    and HTTP 400, 401, 403 and 404.
+    The ways that stop a run are the ones no waiting cures: a connect that fails (refused, TLS,
+    DNS; not a connection dropped later) and HTTP 400, 401, 403 and 404.
 
     Parameters
     ----------
@@ -708,7 +715,7 @@ class FailFast:
         if self._seen >= self.first:
             return None
         self._seen += 1
-        fatal = record.error_kind == "connection" or (
+        fatal = (record.error or "").startswith(CONNECT_FAILED) or (
             record.error_kind == "client_error" and record.status in self.FATAL_STATUS
         )
         way = (record.error_kind, record.status)

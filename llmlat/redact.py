@@ -1,8 +1,8 @@
 """The one place that keeps credentials out of every text llmlat shows or stores.
 
-The client :func:`remember`-s the secrets in use for the life of the process (the API key, the
-values of credential headers such as ``Authorization``, ``api-key`` or ``x-api-key``), and
-:func:`redact` replaces them in any text with ``***``:
+A client :func:`remember`-s the secrets it uses while it is open (the API key, the values of
+credential headers such as ``Authorization``, ``api-key`` or ``x-api-key``), and :func:`redact`
+replaces them in any text with ``***``:
 
 - case-insensitively, so a server that re-cases the key does not get it through;
 - as fragments: any run of 8 or more characters of a secret (a whole secret when it is
@@ -17,12 +17,14 @@ So the layers that never see the key (a saved dataset, a notebook message) mask 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
     "MASK",
     "credential_header",
+    "forget",
     "one_line",
     "redact",
     "redact_url",
@@ -43,7 +45,7 @@ _CREDENTIAL_NAME = re.compile(
     re.IGNORECASE,
 )
 _PATTERNS = (
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{4,}"), r"\1 " + MASK),
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=\-]{8,}"), r"\1 " + MASK),
     (re.compile(r"(?i)\b(sk-|sk_|key-)[A-Za-z0-9_*.\-]{4,}"), r"\1" + MASK),
     (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]*(:[^/\s@]*)?@"), r"\1"),
     (
@@ -53,7 +55,7 @@ _PATTERNS = (
 )
 _SPACES = re.compile(r"\s+")
 
-_remembered: set[str] = set()
+_remembered: Counter[str] = Counter()  # secret -> how many clients in use hold it
 
 
 def credential_header(name: str) -> bool:
@@ -71,8 +73,10 @@ def credential_header(name: str) -> bool:
     return _CREDENTIAL_NAME.search(name) is not None
 
 
-def remember(secrets: Iterable[str | None] = (), headers: Mapping[str, str] | None = None) -> None:
-    """Add secrets to the ones :func:`redact` masks for the rest of the process.
+def remember(
+    secrets: Iterable[str | None] = (), headers: Mapping[str, str] | None = None
+) -> list[str]:
+    """Add secrets to the ones :func:`redact` masks until they are :func:`forget`-ten.
 
     Parameters
     ----------
@@ -81,12 +85,32 @@ def remember(secrets: Iterable[str | None] = (), headers: Mapping[str, str] | No
     headers : mapping of str to str, optional
         Request headers: the values of credential headers (:func:`credential_header`), and each
         word of them (``Bearer KEY`` hides ``KEY`` alone), are secrets too.
+
+    Returns
+    -------
+    list of str
+        What was added: give it to :func:`forget` when the secrets are no longer in use.
     """
     values = [s for s in secrets if s]
     for name, value in (headers or {}).items():
         if credential_header(name):
             values += [value, *value.split()]
-    _remembered.update(v for v in values if len(v) >= _MIN_SECRET)
+    added = [v for v in values if len(v) >= _MIN_SECRET]
+    _remembered.update(added)
+    return added
+
+
+def forget(secrets: list[str]) -> None:
+    """Undo one :func:`remember` (a secret another user still holds stays remembered).
+
+    Parameters
+    ----------
+    secrets : list of str
+        What :func:`remember` returned.
+    """
+    _remembered.subtract(secrets)
+    for value in [v for v, n in _remembered.items() if n <= 0]:
+        del _remembered[value]
 
 
 class _Masker:
@@ -143,16 +167,16 @@ def redact(text: str, extra: Iterable[str | None] = ()) -> str:
     ----------
     text : str
     extra : iterable of str or None, optional
-        More values to mask (remembered too).
+        More values to mask.
 
     Returns
     -------
     str
     """
     global _process
-    remember(extra)
-    if _process[0] != _remembered:
-        _process = (frozenset(_remembered), _Masker(_remembered))
+    values = frozenset(_remembered) | {s for s in extra if s and len(s) >= _MIN_SECRET}
+    if _process[0] != values:
+        _process = (values, _Masker(values))
     return _process[1](text)
 
 

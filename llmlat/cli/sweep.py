@@ -224,14 +224,14 @@ def _run(args: argparse.Namespace) -> int:
         warn_client_bound(summary)
     if args.save is not None:
         print(f"saved {len(result.requests)} requests to {args.save}", file=sys.stderr)
+    if result.meta.get("interrupted") and not result.meta.get("stopped_reason"):
+        print("interrupted: the results above are partial", file=sys.stderr)
+        return 130
     if not succeeded:
         errors = result.requests["error"].dropna()
         said = f": {errors.iloc[-1]}" if len(errors) else ""
         print(f"error: no request succeeded{said}", file=sys.stderr)
         return NO_SUCCESS
-    if result.meta.get("interrupted"):
-        print("interrupted: the results above are partial", file=sys.stderr)
-        return 130
     return 0
 
 

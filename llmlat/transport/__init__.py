@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmlat.transport._base import (
+    CONNECT_FAILED,
     BadResponse,
     ConnectionFailed,
     Response,
@@ -25,6 +26,7 @@ from llmlat.transport._base import (
 from llmlat.transport._http11 import Pool
 
 __all__ = [
+    "CONNECT_FAILED",
     "TRANSPORTS",
     "BadResponse",
     "ConnectionFailed",

@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Callable, Mapping
 
 __all__ = [
+    "CONNECT_FAILED",
     "BadResponse",
     "ConnectionFailed",
     "Decoder",
@@ -18,6 +19,9 @@ __all__ = [
     "connect_error",
     "validate_headers",
 ]
+
+#: How the text of every failed connect (refused, TLS, DNS, ...) starts.
+CONNECT_FAILED = "cannot connect"
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # any control character but horizontal tab, and DEL: a CR or LF would inject headers
@@ -197,10 +201,11 @@ def connect_error(exc: OSError) -> ConnectionFailed:
     """What a failed connect means: the reason, its kind and whether to retry."""
     if isinstance(exc, ssl.SSLCertVerificationError):
         return ConnectionFailed(
-            f"cannot connect: TLS certificate verify failed: {exc.verify_message}", retryable=False
+            f"{CONNECT_FAILED}: TLS certificate verify failed: {exc.verify_message}",
+            retryable=False,
         )
     if isinstance(exc, ssl.SSLError):
-        return ConnectionFailed(f"cannot connect: TLS: {exc.reason or type(exc).__name__}")
+        return ConnectionFailed(f"{CONNECT_FAILED}: TLS: {exc.reason or type(exc).__name__}")
     if exc.errno in _CLIENT_ERRNOS:
         return ConnectionFailed(
             f"this client ran out of resources: {os.strerror(exc.errno)} (raise 'ulimit -n', "
@@ -212,4 +217,4 @@ def connect_error(exc: OSError) -> ConnectionFailed:
         reason = exc.strerror or str(exc) or type(exc).__name__
     else:
         reason = os.strerror(exc.errno)
-    return ConnectionFailed(f"cannot connect: {reason}")
+    return ConnectionFailed(f"{CONNECT_FAILED}: {reason}")
