@@ -8,8 +8,11 @@ each mode answers as a broken or unusual server would. Streams are written event
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
+import threading
+from collections.abc import Iterator
 
 EVENTS = [
     {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
@@ -176,3 +179,27 @@ class HostileServer:
         else:
             raise AssertionError(f"unknown mode {mode}")
         return True
+
+
+@contextlib.contextmanager
+def serving_in_a_thread() -> Iterator[HostileServer]:
+    """A HostileServer on its own event loop in a thread (for sync code and subprocesses)."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    box: dict = {}
+
+    async def serve() -> None:
+        async with HostileServer() as server:
+            box["server"], box["stop"] = server, asyncio.Event()
+            started.set()
+            await box["stop"].wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    started.wait(10)
+    try:
+        yield box["server"]
+    finally:
+        loop.call_soon_threadsafe(box["stop"].set)
+        thread.join(10)
+        loop.close()

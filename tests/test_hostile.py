@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from hostile import HostileServer
+from hostile import HostileServer, serving_in_a_thread
 
 from llmlat.client import Client, RetryPolicy, Target
 from llmlat.engine import asweep
@@ -60,13 +63,15 @@ async def run_sweep(server: HostileServer, fault: str, *, stream: bool, retries:
     )
 
 
-@pytest.mark.parametrize("retries", [0, 3])
+@pytest.mark.parametrize(("transport", "retries"), [("http11", 0), ("http11", 3), ("aiohttp", 0)])
 @pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_every_request_is_a_row_with_the_right_error_kind(fault, stream, retries, capsys):
+def test_every_request_is_a_row_with_the_right_error_kind(fault, stream, transport, retries):
     async def go():
         async with HostileServer() as server:
-            return await run_sweep(server, fault, stream=stream, retries=retries)
+            return await run_sweep(
+                server, fault, stream=stream, retries=retries, transport=transport
+            )
 
     result = asyncio.run(go())
     req, att = result.requests, result.attempts
@@ -154,3 +159,39 @@ def test_no_model_uses_the_first_listed_or_fails_in_one_line_before_any_request(
     assert result.requests["ok"].all() and result.meta["model"]
     assert f"using {result.meta['model']!r}, the first of the" in capsys.readouterr().err
     assert "\n" not in str(error) and requests == 1  # the GET only: no request was measured
+
+
+EMFILE_SCRIPT = """
+import asyncio, os, resource, sys
+from llmlat.client import Client, RetryPolicy, Target
+from llmlat.schema import Record
+
+async def main():
+    target = Target(sys.argv[1], timeout_s=0.5)
+    async with Client(target, RetryPolicy(retries=3), run_id="r", t0_ns=0) as client:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 4, hard))
+        records = [Record("r", 1.0, "concurrency", i, t_scheduled=0.0) for i in range(12)]
+        await asyncio.gather(*(client.send(r, "hi") for r in records))
+    for r in records:
+        print(r.error_kind, r.attempts, r.error, sep="|")
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc")
+def test_running_out_of_open_files_is_a_client_error_not_a_server_one():
+    with serving_in_a_thread() as server:
+        out = subprocess.run(
+            [sys.executable, "-c", EMFILE_SCRIPT, server.url("stall")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    rows = [line.split("|") for line in out.splitlines()]
+    kinds = {kind for kind, _, _ in rows}
+    assert len(rows) == 12 and kinds == {"timeout", "client_error"}, rows
+    starved = [r for r in rows if r[0] == "client_error"]
+    assert all("open files" in error and attempts == "1" for _, attempts, error in starved)

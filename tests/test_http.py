@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import ssl
 import time
+import zlib
 
 import pytest
 
@@ -275,7 +277,7 @@ def test_client_over_https_with_a_trusted_ca(monkeypatch, tmp_path):
         async with RawServer([answer], ssl_ctx=server_ctx) as server:
             target = Target(server.url, timeout_s=5)
             t0 = time.perf_counter_ns()
-            async with Client(target, RetryPolicy(retries=0), run_id="tls", t0_ns=t0) as client:
+            async with Client(target, RetryPolicy(retries=3), run_id="tls", t0_ns=t0) as client:
                 record = Record("tls", 1.0, "concurrency", 0, t_scheduled=0.0)
                 await client.send(record, "hi")
             return record
@@ -283,7 +285,61 @@ def test_client_over_https_with_a_trusted_ca(monkeypatch, tmp_path):
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
     untrusted = asyncio.run(go(False))
     assert untrusted.error_kind == "connection" and "certificate" in untrusted.error
+    assert untrusted.attempts == 1  # a verification failure is not retried
     monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
     record = asyncio.run(go(True))
     assert record.ok, record.error
     assert record.chunks == 2 and record.status == 200
+
+
+@pytest.mark.parametrize("piece", [997, 4096, 1 << 20])
+def test_the_head_limit_does_not_depend_on_how_the_bytes_arrive(piece):
+    def answer(size: int) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nX: " + b"x" * size + b"\r\nContent-Length: 2\r\n\r\nok"
+
+    (small,), _, _ = exchange([answer(60_000)], piece=piece)
+    (large,), _, _ = exchange([answer(66_000)], piece=piece)
+    assert isinstance(small, Response) and bytes(small.body) == b"ok"
+    assert isinstance(large, BadResponse) and "head too large" in str(large)
+
+
+def test_bytes_beyond_the_body_leave_the_answer_whole_but_the_connection_unused():
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokGARBAGE"
+    out, server, _ = exchange([answer, answer], requests=2)
+    assert [bytes(r.body) for r in out] == [b"ok", b"ok"]
+    assert server.connections == 2
+
+
+def test_idle_connections_expire_before_the_server_closes_them():
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    announced = b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=1\r\nContent-Length: 0\r\n\r\n"
+
+    async def go(idle_s, answer):
+        async with RawServer([answer, answer]) as server:
+            pool = Pool(server.url, idle_s=idle_s)
+            await pool.send(BODY, Response())
+            idle_limits = [conn.idle_s for conn in pool._idle]
+            await pool.send(BODY, Response())
+            await pool.aclose()
+            return server.connections, idle_limits
+
+    assert asyncio.run(go(4.0, ok)) == (1, [4.0])  # reused while fresh
+    assert asyncio.run(go(-1.0, ok))[0] == 2  # an idle connection past its limit is not reused
+    assert asyncio.run(go(4.0, announced))[1] == [0.0]  # the server's timeout, less a second
+
+
+def test_gzip_and_deflate_bodies_are_decoded_in_any_split():
+    body = b"hello " * 50
+    packed = {b"gzip": gzip.compress(body), b"deflate": zlib.compress(body)}
+    for coding, data in packed.items():
+        answer = b"HTTP/1.1 200 OK\r\nContent-Encoding: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            coding,
+            len(data),
+            data,
+        )
+        got: list[bytes] = []
+        out, _, _ = exchange([answer], piece=7, sink=lambda d, t, got=got: got.append(d))
+        assert isinstance(out[0], Response) and b"".join(got) == body, coding
+    truncated = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 10\r\n\r\n"
+    (exc,), _, _ = exchange([truncated + packed[b"gzip"][:10]])
+    assert isinstance(exc, BadResponse) and "cut short" in str(exc)

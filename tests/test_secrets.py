@@ -14,7 +14,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from hostile import HostileServer
+from hostile import HostileServer, serving_in_a_thread
 from IPython.core.interactiveshell import InteractiveShell
 
 from llmlat.client import Client, Target
@@ -93,37 +93,14 @@ def test_notebook_output_of_a_sweep_against_an_echoing_server(monkeypatch):
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "llmlat")
 
-    async def serve(box):
-        async with HostileServer() as server:
-            box["url"] = server.url("key_echo_401")
-            await box["stop"].wait()
-
-    import threading
-
-    loop = asyncio.new_event_loop()
-    box: dict = {"stop": None}
-
-    def run():
-        asyncio.set_event_loop(loop)
-        box["stop"] = asyncio.Event()
-        loop.run_until_complete(serve(box))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    while "url" not in box:  # poll until the server is up
-        thread.join(0.01)
     out, err = io.StringIO(), io.StringIO()
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            value = ip.run_cell_magic(
-                "llmsweep",
-                f"--url {box['url']} --model m -c 2 -n 3 --retries 0 --api-key-env "
-                "LLMLAT_HOSTILE_KEY --no-progress -o echoed",
-                "hi",
-            )
-    finally:
-        loop.call_soon_threadsafe(box["stop"].set)
-        thread.join(5)
+    with serving_in_a_thread() as server, redirect_stdout(out), redirect_stderr(err):
+        value = ip.run_cell_magic(
+            "llmsweep",
+            f"--url {server.url('key_echo_401')} --model m -c 2 -n 3 --retries 0 --api-key-env "
+            "LLMLAT_HOSTILE_KEY --no-progress -o echoed",
+            "hi",
+        )
     echoed = ip.user_ns["echoed"]
     shown = [out.getvalue(), err.getvalue(), repr(value), echoed._repr_html_()]
     assert "HTTP 401" in " ".join(echoed.requests["error"].dropna())

@@ -76,22 +76,29 @@ class AiohttpPool:
         self.headers = dict(headers or {})
         validate_headers(self.headers)
         self.idle_s = idle_s
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
+    def _get_session(self, fresh: bool = False) -> aiohttp.ClientSession:
+        """The session; with ``fresh``, one whose connections are never reused."""
+        session = self._sessions.get(fresh)
+        if session is None:
             trace = aiohttp.TraceConfig()
             trace.on_connection_create_start.append(_connect_start)
             trace.on_connection_create_end.append(_connect_end)
             trace.on_request_headers_sent.append(_headers_sent)
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=self.idle_s),
+            connector = (
+                aiohttp.TCPConnector(limit=0, force_close=True)
+                if fresh
+                else aiohttp.TCPConnector(limit=0, keepalive_timeout=self.idle_s)
+            )
+            session = self._sessions[fresh] = aiohttp.ClientSession(
+                connector=connector,
                 headers=self.headers,
                 trust_env=True,
                 trace_configs=[trace],
                 timeout=aiohttp.ClientTimeout(total=None),
             )
-        return self._session
+        return session
 
     async def send(
         self,
@@ -102,7 +109,7 @@ class AiohttpPool:
         fresh: bool = False,
     ) -> None:
         """Send one request and wait until ``response`` is complete (see ``Pool.send``)."""
-        session = self._get_session()
+        session = self._get_session(fresh)
         sink = None
         try:
             async with session.request(
@@ -141,14 +148,20 @@ class AiohttpPool:
             ) from None
         except aiohttp.ServerDisconnectedError:
             response.t_end_ns = time.perf_counter_ns()
+            if response.status:
+                raise ConnectionFailed(
+                    "connection dropped before the answer was complete"
+                ) from None
+            # no connect traced: a reused connection the server had closed while idle
             raise ConnectionFailed(
-                "server closed the connection"
-                if not response.status
-                else "connection dropped before the answer was complete"
+                "server closed the connection", stale=response.connect_ns < 0
             ) from None
         except aiohttp.ClientPayloadError as exc:
             response.t_end_ns = time.perf_counter_ns()
-            raise BadResponse(f"malformed body: {type(exc.__cause__ or exc).__name__}") from None
+            cause = type(exc.__cause__ or exc).__name__
+            if "Encoding" in cause and "Transfer" not in cause:
+                raise BadResponse(f"cannot decode the body ({cause})") from None
+            raise ConnectionFailed("connection dropped before the answer was complete") from None
         except aiohttp.ClientResponseError as exc:
             response.t_end_ns = time.perf_counter_ns()
             raise BadResponse(f"malformed HTTP answer: {exc.message}") from None
@@ -163,7 +176,7 @@ class AiohttpPool:
 
     async def aclose(self) -> None:
         """Close the session and its connections."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
         await asyncio.sleep(0)
