@@ -47,6 +47,7 @@ class HostileServer:
     def __init__(self) -> None:
         self.requests = 0
         self.connections = 0
+        self.proxied = 0
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def __aenter__(self) -> HostileServer:
@@ -77,7 +78,11 @@ class HostileServer:
                 }
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.requests += 1
-                mode = lines[0].split(" ")[1].split("/")[1]
+                target = lines[0].split(" ")[1]
+                if target.startswith("http://"):  # a proxy's absolute form
+                    self.proxied += 1
+                    target = "/" + target.split("/", 3)[3]
+                mode = target.split("/")[1]
                 stream = json.loads(body or b"{}").get("stream", False)
                 key = headers.get("authorization", "").removeprefix("Bearer ")
                 key = key or headers.get("api-key") or headers.get("x-api-key", "")

@@ -195,3 +195,41 @@ def test_running_out_of_open_files_is_a_client_error_not_a_server_one():
     assert len(rows) == 12 and kinds == {"timeout", "client_error"}, rows
     starved = [r for r in rows if r[0] == "client_error"]
     assert all("open files" in error and attempts == "1" for _, attempts, error in starved)
+
+
+def test_the_aiohttp_transport_honours_http_proxy_and_no_proxy(monkeypatch):
+    async def go():
+        async with HostileServer() as proxy:
+            # the target is a closed port: only the proxy (the hostile server) can answer
+            target = f"http://127.0.0.1:{closed_port()}/ok/v1"
+            monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+            via_proxy = await asweep(
+                "hi", url=target, model="m", transport="aiohttp", concurrency=1, requests=2,
+                progress=False, retries=0,
+            )  # fmt: skip
+            monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+            direct = await asweep(
+                "hi", url=target, model="m", transport="aiohttp", concurrency=1, requests=2,
+                progress=False, retries=0,
+            )  # fmt: skip
+            return via_proxy, direct, proxy.proxied
+
+    via_proxy, direct, proxied = asyncio.run(go())
+    assert via_proxy.requests["ok"].all() and proxied == 2
+    assert direct.requests["error_kind"].eq("connection").all()
+
+
+@pytest.mark.parametrize("preconnect", [True, False])
+def test_preconnect_keeps_the_connect_out_of_the_measured_requests(preconnect):
+    async def go():
+        async with HostileServer() as server:
+            return await asweep(
+                "hi", url=server.url("ok"), model="m", concurrency=[4, 8], requests=16,
+                progress=False, preconnect=preconnect,
+            )  # fmt: skip
+
+    req = asyncio.run(go()).requests
+    fresh = req.groupby("level")["connect_s"].count()
+    # with preconnect every request finds a warm connection; without, each new worker connects
+    assert fresh.tolist() == ([0, 0] if preconnect else [4, 4])
+    assert (req["connect_s"].dropna() > 0).all()
