@@ -519,8 +519,13 @@ class Client:
         error = None
         att.t_sent = (time.perf_counter_ns() - t0) / 1e9  # until it is sent (a cancel, say)
         try:
-            async with asyncio.timeout(self.target.timeout_s):
-                await self._pool.send(body, resp, {"x-llmlat-request-id": rid}, fresh=fresh)
+            await self._pool.send(
+                body,
+                resp,
+                {"x-llmlat-request-id": rid},
+                fresh=fresh,
+                timeout_s=self.target.timeout_s,
+            )
             t = resp.t_end_ns
         except TimeoutError:
             t = time.perf_counter_ns()
@@ -662,8 +667,7 @@ async def list_models(target: Target, *, transport: str = "http11") -> list[str]
     secrets = remember(headers=headers)
     resp = Response()
     try:
-        async with asyncio.timeout(min(target.timeout_s, 30.0)):
-            await pool.send(b"", resp)
+        await pool.send(b"", resp, timeout_s=min(target.timeout_s, 30.0))
     except (ConnectionFailed, BadResponse, TimeoutError) as exc:
         reason = str(exc) or "no answer in time"
         raise ValueError(

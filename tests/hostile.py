@@ -49,6 +49,7 @@ class HostileServer:
         self.connections = 0
         self.proxied = 0
         self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task] = set()
 
     async def __aenter__(self) -> HostileServer:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -59,6 +60,9 @@ class HostileServer:
         self.server.close()
         for writer in list(self._writers):
             writer.close()
+        for task in list(self._tasks):  # stalled answers wait forever: end them
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.server.wait_closed()
 
     def url(self, mode: str) -> str:
@@ -67,6 +71,9 @@ class HostileServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         self._writers.add(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -92,6 +99,7 @@ class HostileServer:
             pass
         finally:
             self._writers.discard(writer)
+            self._tasks.discard(task)
             writer.close()
 
     async def _write(self, writer: asyncio.StreamWriter, *parts: bytes) -> None:

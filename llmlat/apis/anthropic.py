@@ -50,7 +50,7 @@ class MessagesStream(StreamParser):
                     break
         elif kind == "message_stop":
             self._end()
-        else:
+        elif not self._error(obj):
             usage = obj.get("usage")
             if usage is None and isinstance(obj.get("message"), dict):
                 usage = obj["message"].get("usage")

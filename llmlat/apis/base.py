@@ -154,17 +154,15 @@ class StreamParser:
     def _on_event(self, data: bytes, event: bytes | None) -> bool:
         if self.ended or self.error is not None:
             return True
+        if data[:1] != b"{" and self._non_json(data):  # [DONE]: no exception to raise
+            return self.ended
         try:
             obj = loads(data)
         except ValueError:  # invalid JSON or UTF-8 (orjson and json both raise a ValueError)
-            if not self._non_json(data):
-                self._fail("protocol", "malformed stream event (invalid JSON or UTF-8)")
-            return self.ended or self.error is not None
-        if not isinstance(obj, dict):
-            self._fail("protocol", "malformed stream event (not a JSON object)")
+            self._fail("protocol", "malformed stream event (invalid JSON or UTF-8)")
             return True
-        if is_error(obj):
-            self._fail(*error_of(obj))
+        if type(obj) is not dict:
+            self._fail("protocol", "malformed stream event (not a JSON object)")
             return True
         try:
             self._event(obj)
@@ -180,7 +178,15 @@ class StreamParser:
         return False
 
     def _event(self, obj: dict[str, Any]) -> None:
+        """Handle one parsed event (an error object included: see :meth:`_error`)."""
         raise NotImplementedError
+
+    def _error(self, obj: dict[str, Any]) -> bool:
+        """Fail with an error object's kind and message; False when ``obj`` is no error."""
+        if not is_error(obj):
+            return False
+        self._fail(*error_of(obj))
+        return True
 
     def _content(self) -> None:
         self.times.append(self._t)

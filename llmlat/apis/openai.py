@@ -36,13 +36,18 @@ class _OpenAIStream(StreamParser):
         return False
 
     def _event(self, obj: dict[str, Any]) -> None:
-        for choice in obj.get("choices") or ():
-            if self._has_content(choice):
+        # runs once per token: a chunk is recognised by its choices, anything else may be an error
+        choices = obj.get("choices")
+        if choices is None and self._error(obj):
+            return
+        if choices:
+            content = False
+            for choice in choices:
+                content = content or self._has_content(choice)
+                if choice.get("finish_reason"):
+                    self.done = True
+            if content:
                 self._content()
-                break
-        for choice in obj.get("choices") or ():
-            if choice.get("finish_reason"):
-                self.done = True
         usage = obj.get("usage")
         if usage:
             openai_usage(self, usage)
@@ -61,6 +66,9 @@ class ChatStream(_OpenAIStream):
         delta = choice.get("delta")
         if not delta:
             return False
+        text = delta.get("content")
+        if text and type(text) is str:  # the common case first
+            return True
         for key in _DELTA_KEYS:
             value = delta.get(key)
             if value and isinstance(value, str):

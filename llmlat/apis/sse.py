@@ -83,12 +83,16 @@ class SSEDecoder:
             and b"\r" not in chunk
         ):
             events = chunk.split(b"\n\n")
-            if events.pop() == b"" and all(e[:6] == b"data: " and b"\n" not in e for e in events):
-                on_event = self.on_event
+            if events.pop() == b"":
                 for e in events:
-                    if on_event(e[6:], None):
-                        return
-                return
+                    if e[:6] != b"data: " or b"\n" in e:
+                        break
+                else:
+                    on_event = self.on_event
+                    for e in events:
+                        if on_event(e[6:], None):
+                            return
+                    return
         self._plain(chunk)
 
     def _plain(self, chunk: bytes) -> None:

@@ -107,8 +107,15 @@ class AiohttpPool:
         headers: Mapping[str, str] | None = None,
         *,
         fresh: bool = False,
+        timeout_s: float | None = None,
     ) -> None:
         """Send one request and wait until ``response`` is complete (see ``Pool.send``)."""
+        async with asyncio.timeout(timeout_s):
+            await self._send(body, response, headers, fresh)
+
+    async def _send(
+        self, body: bytes, response: Response, headers: Mapping[str, str] | None, fresh: bool
+    ) -> None:
         session = self._get_session(fresh)
         sink = None
         try:

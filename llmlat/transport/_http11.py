@@ -100,6 +100,7 @@ class Pool:
         headers: Mapping[str, str] | None = None,
         *,
         fresh: bool = False,
+        timeout_s: float | None = None,
     ) -> None:
         """Send one request and wait until ``response`` is complete.
 
@@ -113,6 +114,8 @@ class Pool:
             Headers of this request only (trusted: not validated).
         fresh : bool
             Use a new connection, not an idle one.
+        timeout_s : float, optional
+            Limit for the whole exchange, connect included.
 
         Raises
         ------
@@ -120,15 +123,20 @@ class Pool:
             No connection, or it closed before the answer was complete.
         BadResponse
             The answer is not valid HTTP/1.1, or has a coding llmlat does not decode.
+        TimeoutError
+            When ``timeout_s`` passed first: the connection is closed.
         asyncio.CancelledError
-            When cancelled (a timeout, say): the connection is closed.
+            When cancelled: the connection is closed.
         """
         loop = asyncio.get_running_loop()
-        conn = None if fresh else self._reuse(loop.time())
+        now = loop.time()
+        deadline = None if timeout_s is None else now + timeout_s
+        conn = None if fresh else self._reuse(now)
         if conn is None:
             t = time.perf_counter_ns()
             try:
-                conn = await self._connect(loop)
+                async with asyncio.timeout_at(deadline):
+                    conn = await self._connect(loop)
             finally:
                 response.connect_ns = time.perf_counter_ns() - t
             if conn.transport.is_closing():  # closed while connecting: no answer would come
@@ -141,6 +149,8 @@ class Pool:
             data = b"%s%sContent-Length: %d\r\n\r\n%s" % (self._head, extra, len(body), body)
         else:
             data = b"%sContent-Length: %d\r\n\r\n%s" % (self._head, len(body), body)
+        # a timer of our own: cheaper per request than asyncio.timeout's context manager
+        timer = None if deadline is None else loop.call_at(deadline, _expire, done)
         response.t_sent_ns = time.perf_counter_ns()
         conn.transport.write(data)
         try:
@@ -148,6 +158,9 @@ class Pool:
         except BaseException:
             conn.abandon(done)
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def preconnect(self, n: int) -> int:
         """Open connections until ``n`` are idle (failures are left to the requests to meet).
@@ -225,6 +238,11 @@ class Pool:
         self._open.discard(conn)
 
 
+def _expire(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_exception(TimeoutError())
+
+
 class _Extra(Exception):
     """The server sent bytes beyond the answer (its framing is not to be trusted)."""
 
@@ -241,6 +259,7 @@ class _Connection(asyncio.Protocol):
         self._resp = Response()
         self._sink: Callable[[bytes, int], object] | None = None
         self._decode: Decoder | None = None
+        self._pending: list[bytes] = []  # body bytes of the read being parsed, for the sink
         self._t = 0  # arrival time of the read being parsed
         self._got = 0  # bytes of this answer fed to the parser
         self._headed = False  # the final head (not a 1xx) has been parsed
@@ -259,6 +278,7 @@ class _Connection(asyncio.Protocol):
         self._done = done
         self._resp = response
         self._sink = self._decode = None
+        self._pending.clear()
         self._got = 0
         self._headed = self._complete = self._ended = self._until_close = False
         self._reused = reused
@@ -293,10 +313,11 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__
             if isinstance(cause, _Extra):  # the answer is whole; the connection is not reusable
-                self._finish(t, keep=False)
+                if not self._pending or self._to_sink():
+                    self._finish(t, keep=False)
             elif isinstance(cause, BadResponse):
                 self._fail(cause)
-            else:  # a sink's bug: the answer is recorded as unreadable, not lost
+            else:  # a bug of ours
                 self._fail(BadResponse(f"unexpected {type(cause).__name__}: {cause}"))
             return
         except httptools.HttpParserError as exc:
@@ -304,6 +325,8 @@ class _Connection(asyncio.Protocol):
             return
         except BadResponse as exc:
             self._fail(exc)
+            return
+        if self._pending and not self._to_sink():
             return
         if self._complete:
             self._finish(t, keep=self._keep)
@@ -321,6 +344,8 @@ class _Connection(asyncio.Protocol):
                 self._flush_decoder()
             except BadResponse as err:
                 self._fail(err)
+                return
+            if self._pending and not self._to_sink():
                 return
             self._finish(t, keep=False)
         elif self._got:
@@ -363,12 +388,8 @@ class _Connection(asyncio.Protocol):
             self.idle_s = max(0.0, float(m.group(1)) - 1.0)  # the server's own idle limit
 
     def on_body(self, data: bytes) -> None:
-        if self._ended:
-            return
         if self._decode is not None:
             data = self._decode(data)
-            if not data:
-                return
         self._deliver(data)
 
     def on_message_complete(self) -> None:
@@ -381,18 +402,28 @@ class _Connection(asyncio.Protocol):
     # -- delivering -----------------------------------------------------------------------
     def _deliver(self, data: bytes) -> None:
         if self._sink is not None:
-            if self._sink(data, self._t):
-                self._ended = True
+            self._pending.append(data)  # the sink gets each read once, not each HTTP chunk
             return
         body = self._resp.body
         if len(body) < _MAX_ERROR_BODY or 200 <= self._resp.status < 300:
             body += data
 
     def _flush_decoder(self) -> None:
-        if self._decode is not None and not self._ended:
-            rest = self._decode.flush()
-            if rest:
-                self._deliver(rest)
+        if self._decode is not None:
+            self._deliver(self._decode.flush())
+
+    def _to_sink(self) -> bool:
+        """Give the sink what this read brought; False when the sink failed (answer failed)."""
+        pending = self._pending
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        try:
+            if data and self._sink(data, self._t):  # type: ignore[misc]
+                self._ended = True
+        except Exception as exc:  # a sink's bug: the answer is recorded as unreadable, not lost
+            self._fail(BadResponse(f"unexpected {type(exc).__name__}: {exc}"))
+            return False
+        return True
 
     def _finish(self, t: int, *, keep: bool) -> None:
         done, self._done = self._done, None
