@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -47,7 +48,7 @@ MEMORY_SERVER = {"tokens": 16, "ttft_s": 0.2, "itl_s": 0.01}
 
 
 def raise_open_files() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
@@ -71,12 +72,17 @@ def _event(obj: dict) -> bytes:
 class _Canned(asyncio.Protocol):
     """Keep-alive HTTP/1.1 server: a chunked token stream per request, one write per token."""
 
-    spec: dict = {}
-    log: list = []
+    spec: ClassVar[dict] = {}
+    log: ClassVar[list] = []
     head = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
-    base = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    base: ClassVar[dict] = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+    }
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -308,14 +314,19 @@ async def accuracy(server: Server, levels: dict[int, int]) -> pd.DataFrame:
 MEMORY_CODE = """
 import asyncio, resource, sys
 import llmlat
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+def peak_mb():  # VmHWM: this process image's own peak (ru_maxrss keeps the forking parent's)
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
+
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+import llmlat.engine  # numpy, pandas, ...: what any sweep has loaded
+before = peak_mb()
 result = llmlat.sweep("Say something.", url=sys.argv[1], model="bench", concurrency=[5000],
                       requests=5000, retries=0, progress=False, timeout_s=120)
 ok = int(result.requests["ok"].sum())
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(before / 1024, peak / 1024, ok, result.requests["error"].dropna().head(3).tolist())
+print(before, peak_mb(), ok, result.requests["error"].dropna().head(3).tolist())
 """
 
 
