@@ -7,7 +7,6 @@ report with the figures and the dataset.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -113,37 +112,3 @@ def run_demo(
         say(f"\nPlan for p95 <= {p95_s:g} s: no load meets it, even one request alone.")
     say(f"\nreport: {report.path.resolve()}")
     return report.path
-
-
-def add_parser(subparsers: Any) -> None:
-    """Register ``llmlat demo``.
-
-    Parameters
-    ----------
-    subparsers : argparse._SubParsersAction
-        The ``llmlat`` command's subparsers.
-    """
-    parser = subparsers.add_parser(
-        "demo",
-        help="sweep the built-in simulator, fit, plan and write a report",
-        description=__doc__.splitlines()[0],
-    )
-    parser.add_argument("--out", default="report", help="report folder (default: report)")
-    parser.add_argument("--preset", default="article", help="simulator preset")
-    parser.add_argument("--p95", type=float, metavar="SECONDS", help="p95 target of the plan")
-    parser.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
-    parser.add_argument("--quick", action="store_true", help="a shorter sweep")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    parser.set_defaults(func=_main)
-
-
-def _main(args: argparse.Namespace) -> int:
-    run_demo(
-        args.out,
-        preset=args.preset,
-        p95_s=args.p95,
-        seed=args.seed,
-        quick=args.quick,
-        progress=not args.no_progress,
-    )
-    return 0

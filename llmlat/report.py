@@ -7,7 +7,6 @@ zipped, published or opened offline.
 
 from __future__ import annotations
 
-import argparse
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,38 +212,3 @@ def _page(result: Any, report: Report, title: str) -> str:
         "(open with <code>llmlat.read()</code>).</p></body></html>"
     )
     return "\n".join(parts)
-
-
-def add_parser(subparsers: Any) -> None:
-    """Register ``llmlat report DATASET``.
-
-    Parameters
-    ----------
-    subparsers : argparse._SubParsersAction
-        The ``llmlat`` command's subparsers.
-    """
-    parser = subparsers.add_parser(
-        "report",
-        help="write an HTML report (summary, fit, plan, figures) of a saved dataset",
-        description="Fit a queueing model to a saved sweep and write an HTML report.",
-    )
-    parser.add_argument("dataset", help="a dataset written by llmlat (sweep --save, .save())")
-    parser.add_argument("--out", default="report", help="report folder (default: report)")
-    parser.add_argument("--model", default="auto", help="model to fit (default: auto)")
-    parser.add_argument("--p95", type=float, metavar="SECONDS", help="p95 latency target")
-    parser.add_argument("--rpm", type=float, help="provider requests-per-minute limit")
-    parser.add_argument("--tpm", type=float, help="provider tokens-per-minute limit")
-    parser.set_defaults(func=_main)
-
-
-def _main(args: argparse.Namespace) -> int:
-    from llmlat.results import read
-
-    result = read(args.dataset)
-    report = build_report(
-        result, args.out, model=args.model, p95_s=args.p95, rpm=args.rpm, tpm=args.tpm
-    )
-    for note in report.notes:
-        print(f"note: {note}")
-    print(f"report: {report.path}")
-    return 0

@@ -81,7 +81,7 @@ def test_demo_report_holds_figures_and_the_dataset(demo):
 def test_report_command_rebuilds_the_report_from_a_saved_dataset(demo, tmp_path):
     out, _ = demo
     proc = _llmlat(
-        "report", str(out / "sweep.parquet"), "--out", "again", "--p95", "5", cwd=tmp_path
+        "report", str(out / "sweep.parquet"), "--out", "again", "--p95-s", "5", cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("index.html")

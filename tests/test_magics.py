@@ -127,11 +127,11 @@ def test_llmsim_start_status_stop(ip: InteractiveShell) -> None:
 @pytest.mark.parametrize(
     ("line", "needle"),
     [
-        ("start --preset nope", "invalid choice: 'nope'"),
-        ("start --slots many", "slots"),
-        ("start --p-500 2", "p_500"),
-        ("start --bogus 1", "unrecognized arguments"),
-        ("launch", "invalid choice: 'launch'"),
+        ("start --preset nope", r"--preset: 'nope' is not allowed \(one of article"),
+        ("start --slots many", "--slots: "),
+        ("start --p-500 2", "--p-500: "),
+        ("start --bogus 1", "--bogus: unknown option"),
+        ("launch", "action: 'launch' is not allowed"),
         ("stop --slots 3", "takes no options"),
     ],
 )
@@ -199,11 +199,11 @@ def test_every_option_reaches_the_sweep(
 ) -> None:
     save = tmp_path / "closed.parquet"
     line = (
-        f"--concurrency 1,2 --requests 4 --url {sim} --api openai-chat --model m1 --timeout 30 "
-        "--no-stream --max-tokens 4 --think-time 0.001 --warmup 1 --pause 0.01 --retries 1 "
-        "--backoff-base 0.01 --backoff-max 0.02 "
-        f"--max-retry-wait 5 --seed 7 --run-id closed1 --save {save} --no-progress "
-        "--header 'X-Llmlat-Test: 1' --output closed"
+        f"--concurrency 1,2 --requests 4 --url {sim} --api openai-chat --model m1 --timeout-s 30 "
+        "--no-stream --max-tokens 4 --think-time-s 0.001 --warmup 1 --pause-s 0.01 --retries 1 "
+        "--backoff-base-s 0.01 --backoff-max-s 0.02 "
+        f"--max-retry-wait-s 5 --seed 7 --run-id closed1 --save {save} --no-progress "
+        "--headers 'X-Llmlat-Test: 1' --output closed"
     )
     ip.run_line_magic("llmsweep", line)
     res = ip.user_ns["closed"]
@@ -235,7 +235,7 @@ def test_every_option_reaches_the_sweep(
 
     ip.run_line_magic(
         "llmsweep",
-        "-r 40,80 --duration 0.25 --arrival gamma --burstiness 2 --max-in-flight 3 "
+        "-r 40,80 --duration-s 0.25 --arrival gamma --burstiness 2 --max-in-flight 3 "
         "--warmup-s 0.05 --api anthropic-messages --prompt 'hi there' -o opened --no-progress",
     )
     opened = ip.user_ns["opened"]
@@ -252,7 +252,7 @@ def test_preset_starts_a_simulator_for_the_run(ip: InteractiveShell) -> None:
     _, _, err = _captured(
         ip.run_line_magic,
         "llmsweep",
-        "-c 2 -n 3 --preset instant --model llmlat-sim -o inst --no-progress",
+        "-c 2 -n 3 --simulator instant --model llmlat-sim -o inst --no-progress",
     )
     inst = ip.user_ns["inst"]
     assert inst.meta["simulator"]["t0_s"] == 0.0 and inst.meta["simulator"]["output_tokens"] == 16
@@ -305,22 +305,25 @@ def test_config_lists_the_options(ip: InteractiveShell) -> None:
 @pytest.mark.parametrize(
     ("line", "body", "needle"),
     [
-        ("-n 3", "hi", "one of the arguments --concurrency --rate --trace is required"),
-        ("-c abc", "hi", "expected comma-separated numbers"),
-        ("-c 1 --wat", "hi", "unrecognized arguments: --wat"),
-        ("-c 1 -r 2", "hi", "not allowed with"),
+        ("-n 3", "hi", "--concurrency: give exactly one of --concurrency, --rate and --trace"),
+        ("-c 1 --concurency 2", "hi", r"--concurency: unknown option \(did you mean --concurr"),
+        ("-c abc", "hi", "--concurrency: 'abc' is not allowed"),
+        ("-c 1 --wat", "hi", "--wat: unknown option"),
+        ("-c 1 -r 2", "hi", "--concurrency: give exactly one of"),
         ("-c 1 -o 9lives", "hi", "not a valid variable name"),
         ("-c 1 -o class", "hi", "not a valid variable name"),
         ("-c 1 --model 'unclosed", "hi", "cannot split the options"),
         ("-c 1", '{"messages": [', "cell body: not valid JSON"),
         ("-c 1 --prompt hey", "body too", "in the cell body or with --prompt"),
         ("-c 1 --payload /nonexistent/p.json", None, "payload: cannot read"),
-        ("-c 1 --api grpc", "hi", "invalid choice: 'grpc'"),
-        ("-c 1 --preset nope", "hi", "preset: unknown 'nope'"),
-        ("-c 0", "hi", "concurrency"),
-        ("-c 1 --url ftp://127.0.0.1:21", "hi", "expected http"),
+        ("-c 1 --api grpc", "hi", r"--api: 'grpc' is not allowed \(one of openai-chat"),
+        ("-c 1 --simulator nope", "hi", "--simulator: unknown 'nope'"),
+        ("-c 0", "hi", "--concurrency: "),
+        ("-c 1 -n 2,3", "hi", "--requests: give one value or one per level"),
+        ("-c 1 --timeout-s -1", "hi", "--timeout-s: "),
+        ("-c 1 --url ftp://127.0.0.1:21", "hi", "--url: expected http"),
         ("-c 1 --url http://127.0.0.1:{closed}", "hi", "cannot reach http://127.0.0.1"),
-        ("-c 1 --header nocolon", "hi", "expected 'Name: value'"),
+        ("-c 1 --headers nocolon", "hi", "--headers: 'nocolon' is not allowed"),
         ("-c 1 --api-key-env LLMLAT_TEST_UNSET_VAR", "hi", "LLMLAT_TEST_UNSET_VAR"),
     ],
 )
@@ -370,7 +373,7 @@ def test_api_key_never_shown(
     assert keyed.meta["api_key_env"] == "LLMLAT_TEST_KEY"
     assert not [s for s in shown if SENTINEL_KEY in s]
     with pytest.raises(UsageError) as info:  # an error message does not leak it either
-        ip.run_cell_magic("llmsweep", "-c 1 --api-key-env LLMLAT_TEST_KEY --timeout -1", "hi")
+        ip.run_cell_magic("llmsweep", "-c 1 --api-key-env LLMLAT_TEST_KEY --timeout-s -1", "hi")
     assert SENTINEL_KEY not in str(info.value)
 
 
