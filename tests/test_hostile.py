@@ -233,3 +233,20 @@ def test_preconnect_keeps_the_connect_out_of_the_measured_requests(preconnect):
     # with preconnect every request finds a warm connection; without, each new worker connects
     assert fresh.tolist() == ([0, 0] if preconnect else [4, 4])
     assert (req["connect_s"].dropna() > 0).all()
+
+
+@pytest.mark.parametrize("fault", ["refused", "status_401"])
+def test_the_cli_exits_3_with_the_reason_when_nothing_succeeded(fault):
+    with serving_in_a_thread() as server:
+        url = f"http://127.0.0.1:{closed_port()}/v1" if fault == "refused" else server.url(fault)
+        run = subprocess.run(
+            [sys.executable, "-m", "llmlat", "sweep", "--url", url, "--model", "m", "--concurrency", "2",
+             "--requests", "8", "--retries", "0", "--no-progress"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert run.returncode == 3, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    reason = "cannot connect" if fault == "refused" else "status 401 from the hostile server"
+    assert last.startswith("error: no request succeeded: ") and reason in last
+    assert "stopping: the first 3 requests all failed the same way" in run.stderr
+    assert "client itself was busy" not in run.stderr

@@ -102,9 +102,7 @@ def _run(args: argparse.Namespace) -> int:
     summary = result.summary()
     table = summary if args.full else brief(summary)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
-    succeeded = bool(result.requests["ok"].any())
-    if succeeded:  # with no success there is nothing the client could have inflated
-        warn_client_bound(summary)
+    warn_client_bound(summary)
     if result.meta["load"]["save"] is not None:
         print(
             f"saved {len(result.requests)} requests to {result.meta['load']['save']}",
@@ -113,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
     if result.meta.get("interrupted") and not result.meta.get("stopped_reason"):
         print("interrupted: the results above are partial", file=sys.stderr)
         return 130
-    if not succeeded:  # exit code 3 (EXIT_CODES)
+    if not result.requests["ok"].any():  # exit code 3 (EXIT_CODES)
         errors = result.requests["error"].dropna()
         said = f": {errors.iloc[-1]}" if len(errors) else ""
         print(f"error: no request succeeded{said}", file=sys.stderr)
@@ -131,7 +129,10 @@ def warn_client_bound(summary: Any) -> None:
     """
     if "client_bound" not in summary.columns:
         return
-    for level in summary.loc[summary["client_bound"].fillna(False).astype(bool), "level"]:
+    flagged = summary["client_bound"].fillna(False).astype(bool)
+    if "ok" in summary.columns:  # a level with no success has no latency to inflate
+        flagged &= summary["ok"] > 0
+    for level in summary.loc[flagged, "level"]:
         print(
             f"warning: at level {level:g} the client itself was busy (CPU or event-loop lag): "
             "its latencies may be inflated",
