@@ -240,8 +240,8 @@ def test_the_cli_exits_3_with_the_reason_when_nothing_succeeded(fault):
     with serving_in_a_thread() as server:
         url = f"http://127.0.0.1:{closed_port()}/v1" if fault == "refused" else server.url(fault)
         run = subprocess.run(
-            [sys.executable, "-m", "llmlat", "sweep", "--url", url, "--model", "m", "--concurrency", "2",
-             "--requests", "8", "--retries", "0", "--no-progress"],
+            [sys.executable, "-m", "llmlat", "sweep", "--url", url, "--model", "m",
+             "--concurrency", "2", "--requests", "8", "--retries", "0", "--no-progress"],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
     assert run.returncode == 3, run.stderr
