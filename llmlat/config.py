@@ -42,8 +42,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from llmlat.apis import API_NAMES
-from llmlat.client import RetryPolicy, Target, redact_url
+from llmlat.client import RetryPolicy, Target
 from llmlat.loadshapes import ARRIVALS, LevelPlan, plan_levels
+from llmlat.redact import redact_url
 
 __all__ = [
     "GROUPS",
