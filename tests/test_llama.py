@@ -41,8 +41,23 @@ def llama_url(tmp_path_factory):
     # the server logs a lot while loading: to a file, so a full pipe never blocks it
     log = tmp_path_factory.mktemp("llama") / "server.log"
     proc = subprocess.Popen(
-        [PYTHON, "-m", "llama_cpp.server", "--model", MODEL, "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "1024", "--n_threads", "1", "--model_alias", "gemma"],
+        [
+            PYTHON,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "1024",
+            "--n_threads",
+            "1",
+            "--model_alias",
+            "gemma",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
     )
@@ -72,8 +87,14 @@ def llama_url(tmp_path_factory):
 
 
 def _sweep(url: str, **options):
-    options = {"requests": 6, "warmup": 1, "max_tokens": MAX_TOKENS, "seed": 0,
-               "progress": False, **options}
+    options = {
+        "requests": 6,
+        "warmup": 1,
+        "max_tokens": MAX_TOKENS,
+        "seed": 0,
+        "progress": False,
+        **options,
+    }
     return llmlat.sweep(PROMPT, url=url, model="gemma", **options)
 
 
@@ -117,7 +138,16 @@ def test_non_streamed_answer_reports_usage(llama_url):
 
 def test_too_long_a_prompt_is_a_client_error_row(llama_url):
     # 3,000 words overflow the 1,024-token context: the server refuses, the row stays
-    res = llmlat.sweep("word " * 3000, url=llama_url, model="gemma", concurrency=[1],
-                       requests=1, max_tokens=4, retries=0, progress=False, seed=0)
+    res = llmlat.sweep(
+        "word " * 3000,
+        url=llama_url,
+        model="gemma",
+        concurrency=[1],
+        requests=1,
+        max_tokens=4,
+        retries=0,
+        progress=False,
+        seed=0,
+    )
     row = res.requests.iloc[0]
     assert not row["ok"] and row["error_kind"] == "client_error" and row["status"] == 400
