@@ -45,6 +45,7 @@ from llmlat.transport import (
     BadResponse,
     ConnectionFailed,
     Response,
+    Transport,
     make_transport,
     validate_headers,
 )
@@ -357,7 +358,7 @@ class Client:
         self.transport = transport
         self._endpoint = get_endpoint(target.api)
         self._url = self._endpoint.url(target.url)
-        self._pool: Any = None
+        self._pool: Transport | None = None
         self._secrets: list[str] = []
         self._last: tuple[Any, bytes] = (None, b"")
 
@@ -512,6 +513,7 @@ class Client:
         The verdict is ``"done"``, ``"retry"`` (worth another attempt by the policy) or
         ``"stale"`` (a reused connection the server had closed: try once more at once).
         """
+        assert self._pool is not None
         t0 = self.t0_ns
         resp = Response(parser.feed if parser is not None else None)
         out: StreamParser | BodyResult | None = parser

@@ -250,7 +250,26 @@ class _Extra(Exception):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; reads one answer at a time into a :class:`Response`."""
 
-    transport: asyncio.Transport
+    # thousands may be open at once: no per-instance dict
+    __slots__ = (
+        "_complete",
+        "_decode",
+        "_done",
+        "_ended",
+        "_got",
+        "_headed",
+        "_keep",
+        "_parser",
+        "_pending",
+        "_pool",
+        "_resp",
+        "_reused",
+        "_sink",
+        "_t",
+        "_until_close",
+        "idle_s",
+        "transport",
+    )
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
