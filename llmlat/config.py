@@ -105,6 +105,10 @@ class SweepConfig:
     Build it with keywords (``SweepConfig(concurrency=[1, 10], url=...)``) or from a base with
     :meth:`replace`; it validates everything when built. Sequences are kept as tuples.
 
+    Parameters
+    ----------
+    {options}
+
     Raises
     ------
     ValueError
@@ -593,8 +597,13 @@ def with_options(func: Callable) -> Callable:
         parameters=[*own, *options],
         return_annotation=hints.get("return", signature.return_annotation),
     )
-    func.__doc__ = (func.__doc__ or "").replace("{options}", options_doc(indent=4).lstrip())
+    func.__doc__ = _with_options_doc(func.__doc__)
     return func
+
+
+def _with_options_doc(doc: str | None) -> str:
+    """``doc`` with its ``{options}`` line replaced by the entries of every option."""
+    return (doc or "").replace("{options}", options_doc(indent=4).lstrip())
 
 
 def options_doc(indent: int = 0) -> str:
@@ -723,3 +732,6 @@ def _plan(config: SweepConfig, trace: Any) -> list[LevelPlan]:
         warmup_s=config.warmup_s,
         seed=config.seed,
     )
+
+
+SweepConfig.__doc__ = _with_options_doc(SweepConfig.__doc__)

@@ -89,6 +89,7 @@ class Sweeper:
         For an unknown option name.
     """
 
+    @with_options
     def __init__(
         self, payload: Any = None, config: SweepConfig | None = None, **options: Any
     ) -> None:

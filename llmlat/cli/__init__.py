@@ -41,6 +41,8 @@ def build_parser() -> OneLineParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
         importlib.import_module(name).add_parser(sub)
+    for command in sub.choices.values():  # main() reports late errors in its flags' spelling
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -60,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
-    command = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
+    command: OneLineParser = args.command_parser
     if extras:
         command.unknown(extras)
     try:

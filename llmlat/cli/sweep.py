@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from llmlat._notice import notice
 from llmlat.cli.options import add_config_options, options_from_args
 
 __all__ = ["add_parser", "add_payload_options", "read_payload", "warn_client_bound"]
@@ -55,7 +56,7 @@ def add_parser(subparsers: Any) -> None:
         help="measure latency at several load levels",
         description="Send load at each level in turn, record every request, print a per-level "
         "table. Give one of --concurrency, --rate or --trace.",
-        usage="llmlat sweep (--concurrency N,N,... | --rate R,R,... | --trace FILE) [options]",
+        usage="llmlat sweep (-c N,N,... | -r R,R,... | --trace FILE) [options]",
     )
     add_payload_options(p)
     add_config_options(p)
@@ -93,15 +94,14 @@ def read_payload(path: Path) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from llmlat._display import compact, to_text
     from llmlat.engine import sweep
-    from llmlat.summary import brief
 
     warnings.formatwarning = _one_line_warning
     payload = args.prompt if args.payload is None else read_payload(args.payload)
     result = sweep(payload, **options_from_args(args))
     summary = result.summary()
-    table = summary if args.full else brief(summary)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    print(to_text(summary if args.full else compact(summary)))
     warn_client_bound(summary)
     if result.meta["load"]["save"] is not None:
         print(
@@ -120,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def warn_client_bound(summary: Any) -> None:
-    """Print to stderr a warning for each level the engine's self-diagnosis flagged as client-bound.
+    """Say which levels the engine's self-diagnosis flagged as client-bound.
 
     Parameters
     ----------
@@ -133,10 +133,9 @@ def warn_client_bound(summary: Any) -> None:
     if "ok" in summary.columns:  # a level with no success has no latency to inflate
         flagged &= summary["ok"] > 0
     for level in summary.loc[flagged, "level"]:
-        print(
+        notice(
             f"warning: at level {level:g} the client itself was busy (CPU or event-loop lag): "
-            "its latencies may be inflated",
-            file=sys.stderr,
+            "its latencies may be inflated"
         )
 
 

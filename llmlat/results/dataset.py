@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmlat._display import compact, to_text
 from llmlat.redact import credential_header, redact
 from llmlat.schema import (
     ATTEMPT_COLUMNS,
@@ -52,7 +53,7 @@ from llmlat.schema import (
     Record,
     coerce,
 )
-from llmlat.summary import brief, summarize
+from llmlat.summary import summarize
 
 __all__ = ["DatasetWriter", "SweepResult", "read"]
 
@@ -431,15 +432,15 @@ class SweepResult:
 
     def __repr__(self) -> str:
         parts, counts = self._headline()
-        return f"SweepResult({', '.join([*parts, counts])})"
+        head = f"SweepResult({', '.join([*parts, counts])})"
+        table = compact(self.summary())
+        return head if table.empty else f"{head}\n{to_text(table)}"
 
     def _repr_html_(self) -> str:
         parts, counts = self._headline()
         head = " · ".join(html.escape(p) for p in [*parts, counts])
-        body = brief(self.summary()).to_html(
-            index=False, na_rep="–", float_format=lambda v: f"{v:.4g}", border=0
-        )
-        return f"<div><p><b>llmlat sweep</b> · {head}</p>{body}</div>"
+        table = to_text(compact(self.summary()), html=True)
+        return f"<div><p><b>llmlat sweep</b> · {head}</p>{table}</div>"
 
 
 # ---------------------------------------------------------------- files
