@@ -188,9 +188,6 @@ class StreamParser:
         self._fail(*error_of(obj))
         return True
 
-    def _content(self) -> None:
-        self.times.append(self._t)
-
     def _end(self) -> None:
         self.done = self.ended = True
 
