@@ -583,3 +583,19 @@ def test_llmfit_bad_input_is_a_usage_error(ip: InteractiveShell, line: str, need
     ip.user_ns["one_level"] = mmc_closed_requests([4], mu=2.0, c=4, n=50, seed=1)
     with pytest.raises(UsageError, match=re.escape(needle)):
         ip.run_line_magic("llmfit", line)
+
+
+def test_notices_go_to_stdout_in_a_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a kernel shows stderr as a red box: "no url given: ..." is information, not an error
+    from llmlat._notice import notice
+
+    kernel_stream = type("OutStream", (io.StringIO,), {"__module__": "ipykernel.iostream"})
+    err, out = kernel_stream(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(sys, "stdout", out)
+    notice("no url given")
+    assert (out.getvalue(), err.getvalue()) == ("llmlat: no url given\n", "")
+    terminal = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    notice("no url given")
+    assert terminal.getvalue() == "llmlat: no url given\n"
