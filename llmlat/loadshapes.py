@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmlat.config import ARRIVALS
+
 __all__ = [
     "ARRIVALS",
     "LevelPlan",
@@ -34,9 +36,6 @@ __all__ = [
     "plan_levels",
     "trace_schedule",
 ]
-
-#: Arrival processes of the open loop.
-ARRIVALS = ("poisson", "constant", "gamma")
 
 # column aliases accepted in a trace table (lower-cased), first match wins
 _OFFSET_COLUMNS = ("offset_s", "t_s", "t", "time_s", "time", "timestamp", "arrival_time")
