@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from llmlat.apis import API_NAMES
-from llmlat.client import RetryPolicy, Target, redact_url
+from llmlat.client import RetryPolicy, Target
+from llmlat.redact import redact_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from llmlat.loadshapes import LevelPlan

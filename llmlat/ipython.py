@@ -37,6 +37,7 @@ from traitlets.config import Configurable
 
 from llmlat.cli.options import OneLineParser, add_config_options, flag_message, options_from_args
 from llmlat.config import OptionSpec, option_specs
+from llmlat.redact import redact
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -223,8 +224,7 @@ def _check_reachable(url: str) -> None:
 
 def _redact(text: str, api_key_env: str | None) -> str:
     """Remove the API key's value from a message, should any layer ever have echoed it."""
-    key = os.environ.get(api_key_env) if api_key_env else None
-    return text.replace(key, "***") if key else text
+    return redact(text, [os.environ.get(api_key_env) if api_key_env else None])
 
 
 @magics_class

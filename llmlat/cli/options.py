@@ -38,6 +38,7 @@ EXIT_CODES = {
     0: "success",
     1: "an unexpected error (a bug: please report it)",
     2: "bad usage: an invalid option or input, explained in one line",
+    3: "no request of the sweep succeeded (connection refused, TLS, 401, ...): the last error",
     130: "interrupted (Ctrl-C); what was measured is printed and saved",
 }
 

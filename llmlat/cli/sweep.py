@@ -8,7 +8,8 @@ Examples::
 The flags are generated from :class:`~llmlat.config.SweepConfig` (``timeout_s`` ->
 ``--timeout-s``). Ctrl-C stops new sends, gives the requests in flight a few seconds to finish
 (a second Ctrl-C cancels them at once; each stays a row), prints and saves what was measured,
-and exits with code 130.
+and exits with code 130. A sweep in which no request succeeded exits with code 3 and prints the
+last error (when the first requests all fail the same way, the sweep stops there).
 """
 
 from __future__ import annotations
@@ -107,9 +108,14 @@ def _run(args: argparse.Namespace) -> int:
             f"saved {len(result.requests)} requests to {result.meta['load']['save']}",
             file=sys.stderr,
         )
-    if result.meta.get("interrupted"):
+    if result.meta.get("interrupted") and not result.meta.get("stopped_reason"):
         print("interrupted: the results above are partial", file=sys.stderr)
         return 130
+    if not result.requests["ok"].any():  # exit code 3 (EXIT_CODES)
+        errors = result.requests["error"].dropna()
+        said = f": {errors.iloc[-1]}" if len(errors) else ""
+        print(f"error: no request succeeded{said}", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -123,7 +129,10 @@ def warn_client_bound(summary: Any) -> None:
     """
     if "client_bound" not in summary.columns:
         return
-    for level in summary.loc[summary["client_bound"].fillna(False).astype(bool), "level"]:
+    flagged = summary["client_bound"].fillna(False).astype(bool)
+    if "ok" in summary.columns:  # a level with no success has no latency to inflate
+        flagged &= summary["ok"] > 0
+    for level in summary.loc[flagged, "level"]:
         notice(
             f"warning: at level {level:g} the client itself was busy (CPU or event-loop lag): "
             "its latencies may be inflated"
