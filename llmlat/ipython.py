@@ -481,7 +481,8 @@ def load_ipython_extension(ipython: InteractiveShell) -> None:
         The running shell.
     """
     defaults = LLMSweep(parent=ipython)
-    ipython.configurables.append(defaults)
+    # IPython's list is inferred as list[InteractiveShell] (it starts as [self]): any Configurable
+    ipython.configurables.append(defaults)  # type: ignore[arg-type]
     ipython.register_magics(LLMMagics(ipython, defaults))
     if _bodiless_cell_magic not in ipython.input_transformers_cleanup:
         ipython.input_transformers_cleanup.append(_bodiless_cell_magic)
