@@ -142,6 +142,16 @@ def test_llmsim_bad_input(ip: InteractiveShell, line: str, needle: str) -> None:
     assert _magics(ip).simulator is None
 
 
+def test_llmsim_on_a_taken_port(ip: InteractiveShell) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError, match=rf"^--port: cannot listen on {port} \(address"):
+            ip.run_line_magic("llmsim", f"start --preset instant --port {port}")
+    assert _magics(ip).simulator is None
+
+
 # ---------------------------------------------------------------- %%llmsweep
 
 
