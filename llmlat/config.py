@@ -37,20 +37,16 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from llmlat.apis import API_NAMES
 from llmlat.client import RetryPolicy, Target
+from llmlat.loadshapes import ARRIVALS, LevelPlan, plan_levels
 from llmlat.redact import redact_url
 
-if TYPE_CHECKING:  # pragma: no cover
-    from llmlat.loadshapes import LevelPlan
-
-# numpy, pandas and the load shapes load when a config is built, not when the command line's
-# options are listed (`llmlat --help` stays fast)
-
 __all__ = [
-    "ARRIVALS",
     "GROUPS",
     "TRANSPORTS",
     "OptionSpec",
@@ -60,9 +56,6 @@ __all__ = [
     "option_specs",
     "with_options",
 ]
-
-#: Values of :attr:`SweepConfig.arrival`: the open loop's arrival processes.
-ARRIVALS = ("poisson", "constant", "gamma")
 
 #: Values of :attr:`SweepConfig.transport`.
 TRANSPORTS = ("http11", "aiohttp")
@@ -324,8 +317,6 @@ class SweepConfig:
     )
 
     def __post_init__(self) -> None:
-        import numpy as np
-
         for name in ("concurrency", "rate", "requests", "duration_s"):
             value = getattr(self, name)
             if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str):
@@ -697,8 +688,6 @@ def jsonable(obj: Any) -> Any:
 
 
 def _json_default(obj: Any) -> Any:
-    import numpy as np
-
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, np.ndarray):
@@ -725,8 +714,6 @@ def _read_trace(path: str | os.PathLike) -> Any:
 
 
 def _plan(config: SweepConfig, trace: Any) -> list[LevelPlan]:
-    from llmlat.loadshapes import plan_levels
-
     return plan_levels(
         concurrency=config.concurrency,
         rate=config.rate,

@@ -1,10 +1,11 @@
-"""The IPython extension: ``%load_ext llmlat`` registers ``%%llmsweep`` and ``%llmsim``.
+"""The IPython extension: ``%load_ext llmlat`` registers ``%%llmsweep``, ``%llmsim``, ``%llmfit``.
 
-``%%llmsweep`` takes the options of the ``llmlat sweep`` command (the parser is built by
-:mod:`llmlat.cli.sweep`, so the two never drift apart) plus a few of its own, and the cell body
-as the payload. ``%llmsim`` takes the simulator's own option list (:mod:`llmlat.cli.sim`).
-Defaults come from ``%config LLMSweep.<option> = ...``. Everything heavy is imported when a magic
-runs, not when the extension loads.
+``%%llmsweep`` takes the options of the ``llmlat sweep`` command, generated from the same
+options model (:class:`~llmlat.config.SweepConfig`, through :mod:`llmlat.cli.options`), plus a
+few of its own, and the cell body as the payload; its ``%config LLMSweep.<option>`` traits are
+generated from the model too. ``%llmsim`` takes the simulator's own option list
+(:mod:`llmlat.cli.sim`) and runs it in a child process. A bad line is a one-line UsageError.
+Everything heavy is imported when a magic runs, not when the extension loads.
 """
 
 from __future__ import annotations
