@@ -423,6 +423,17 @@ class SweepConfig:
         """
         return list(self._plans)  # type: ignore[attr-defined]
 
+    def sim_config(self) -> Any:
+        """Return the built-in simulator's :class:`~llmlat.sim.SimConfig` (for ``url=None``).
+
+        Returns
+        -------
+        SimConfig
+        """
+        from llmlat.sim.config import config_from_options
+
+        return config_from_options(self.simulator)
+
     def options(self) -> dict[str, Any]:
         """Return every option's value, by name, in declaration order.
 
@@ -454,19 +465,15 @@ class SweepConfig:
         return jsonable(meta)
 
     def __repr__(self) -> str:
-        changed = [
-            f"{k}={v!r}"
-            for k, v in self.to_meta().items()
-            if v != jsonable(_FIELDS[k].default) and k != "trace"
-        ]
-        if self.trace is not None:
-            changed.append(f"trace={self.to_meta()['trace']!r}")
+        # the options that differ from their defaults, as the metadata shows them (no secrets)
+        meta = self.to_meta()
+        changed = [f"{k}={v!r}" for k, v in meta.items() if v != jsonable(_FIELDS[k].default)]
         return f"SweepConfig({', '.join(changed)})"
 
     # ------------------------------------------------------------------ checks
 
     def _check_run(self) -> None:
-        for name in ("stream", "simulator_process", "progress", "overwrite", "preconnect"):
+        for name in ("simulator_process", "progress", "overwrite", "preconnect"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
         if not (
@@ -495,17 +502,6 @@ class SweepConfig:
             raise ValueError(
                 f"transport: {self.transport!r} is not allowed (one of {', '.join(TRANSPORTS)})"
             )
-
-    def sim_config(self) -> Any:
-        """Return the built-in simulator's :class:`~llmlat.sim.SimConfig` (for ``url=None``).
-
-        Returns
-        -------
-        SimConfig
-        """
-        from llmlat.sim.config import config_from_options
-
-        return config_from_options(self.simulator)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(SweepConfig)}

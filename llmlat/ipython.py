@@ -1,10 +1,11 @@
-"""The IPython extension: ``%load_ext llmlat`` registers ``%%llmsweep`` and ``%llmsim``.
+"""The IPython extension: ``%load_ext llmlat`` registers ``%%llmsweep``, ``%llmsim``, ``%llmfit``.
 
-``%%llmsweep`` takes the options of the ``llmlat sweep`` command (the parser is built by
-:mod:`llmlat.cli.sweep`, so the two never drift apart) plus a few of its own, and the cell body
-as the payload. ``%llmsim`` takes the simulator's own option list (:mod:`llmlat.cli.sim`).
-Defaults come from ``%config LLMSweep.<option> = ...``. Everything heavy is imported when a magic
-runs, not when the extension loads.
+``%%llmsweep`` takes the options of the ``llmlat sweep`` command, generated from the same
+options model (:class:`~llmlat.config.SweepConfig`, through :mod:`llmlat.cli.options`), plus a
+few of its own, and the cell body as the payload; its ``%config LLMSweep.<option>`` traits are
+generated from the model too. ``%llmsim`` takes the simulator's own option list
+(:mod:`llmlat.cli.sim`) and runs it in a child process. A bad line is a one-line UsageError.
+Everything heavy is imported when a magic runs, not when the extension loads.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ class LLMMagics(Magics):
         self.simulator: SimulatorProcess | None = None
 
     @line_cell_magic
-    def llmsweep(self, line: str, cell: str | None = None) -> SweepResult | pd.DataFrame | None:
+    def llmsweep(self, line: str, cell: str | None = None) -> pd.DataFrame | None:
         """Measure latency at several load levels; the cell body is what to send.
 
         A cell ``%%llmsweep -c 1,10,100 -n 50 -o res --save run.parquet`` with the body
@@ -259,8 +260,8 @@ class LLMMagics(Magics):
         to store the SweepResult and ``--full``; defaults come from
         ``%config LLMSweep.<option>``. ``$var`` and ``{expr}`` expand from the namespace.
         Without ``--url`` it measures the simulator of ``%llmsim start``, else one started for
-        the run. Returns the SweepResult, shown as its compact per-level table (``--full``:
-        the full summary table); a trailing ``;`` on the line or the body silences it.
+        the run. Returns the compact per-level table (``--full``: every summary column) as a
+        DataFrame; a trailing ``;`` on the line or the body silences it.
         Interrupting the kernel stops the sweep: the partial result is stored and saved.
         """
         line, quiet_line = _trailing_semicolon(line)
@@ -278,13 +279,14 @@ class LLMMagics(Magics):
         result = self._sweep(payload, args)
         if args.output is not None:
             self._namespace[args.output] = result
+        from llmlat._display import compact
         from llmlat.cli.sweep import warn_client_bound
 
         summary = result.summary()
         warn_client_bound(summary)
         if quiet_line or quiet_cell:
             return None
-        return summary if args.full else result  # the result shows its compact table
+        return summary if args.full else compact(summary)
 
     @line_magic
     def llmsim(self, line: str) -> None:
@@ -480,7 +482,8 @@ def load_ipython_extension(ipython: InteractiveShell) -> None:
         The running shell.
     """
     defaults = LLMSweep(parent=ipython)
-    ipython.configurables.append(defaults)
+    # IPython's list is inferred as list[InteractiveShell] (it starts as [self]): any Configurable
+    ipython.configurables.append(defaults)  # type: ignore[arg-type]
     ipython.register_magics(LLMMagics(ipython, defaults))
     if _bodiless_cell_magic not in ipython.input_transformers_cleanup:
         ipython.input_transformers_cleanup.append(_bodiless_cell_magic)

@@ -16,13 +16,15 @@ Everything here is pure: :func:`plan_levels` validates the options and returns o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 __all__ = [
     "ARRIVALS",
@@ -213,6 +215,8 @@ def trace_schedule(
     ValueError
         If the trace is empty, has no time column, or holds missing or non-finite times.
     """
+    import pandas as pd  # a trace is a table: pandas loads when one is replayed
+
     prompt = completion = None
     if isinstance(trace, pd.DataFrame):
         by_name = {str(c).lower(): c for c in trace.columns}
@@ -252,6 +256,8 @@ def trace_schedule(
 def _token_column(
     frame: pd.DataFrame, by_name: dict, aliases: tuple[str, ...]
 ) -> np.ndarray | None:
+    import pandas as pd
+
     col = next((by_name[a] for a in aliases if a in by_name), None)
     if col is None:
         return None
@@ -503,7 +509,7 @@ def plan_levels(
 
 
 def _levels(name: str, value: Any) -> list:
-    values = list(value) if isinstance(value, Sequence | np.ndarray | pd.Series) else [value]
+    values = list(value) if _is_sequence(value) else [value]
     if not values:
         raise ValueError(f"{name}: give at least one level")
     return values
@@ -511,7 +517,7 @@ def _levels(name: str, value: Any) -> list:
 
 def _per_level(name: str, value: Any, n_levels: int) -> list:
     """One value per level: a scalar (or None) repeats, a sequence must match the levels."""
-    if not isinstance(value, Sequence | np.ndarray | pd.Series):
+    if not _is_sequence(value):
         return [value] * n_levels
     values = list(value)
     if len(values) != n_levels:
@@ -519,6 +525,11 @@ def _per_level(name: str, value: Any, n_levels: int) -> list:
             f"{name}: give one value or one per level ({n_levels} levels), got {len(values)}"
         )
     return values
+
+
+def _is_sequence(value: Any) -> bool:
+    """Whether ``value`` holds one value per level (a list, tuple, array or Series)."""
+    return isinstance(value, Iterable) and not isinstance(value, str | bytes | dict)
 
 
 def _check_arrival(arrival: str, burstiness: float) -> None:

@@ -182,3 +182,33 @@ def test_client_bound_levels_get_a_warning(capsys):
     warn_client_bound(summary)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmlat: warning: at level 100 ")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["swep"], "COMMAND: 'swep' is not allowed (one of sweep, sim, report, demo; did you mean"),
+        (["report"], "dataset: required"),
+        (["report", "x.parquet", "--p95", "2"], "--p95: unknown option (did you mean --p95-s?)"),
+        (["demo", "--simulator", "nope"], "--simulator: unknown 'nope'"),
+        (["demo", "--seed", "x"], "--seed: 'x' is not an integer"),
+    ],
+)
+def test_every_command_reports_bad_usage_in_one_line(args, line):
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmlat", *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+    assert proc.stderr.startswith("llmlat: " + line), proc.stderr
+
+
+def test_listing_the_options_loads_no_heavy_module():
+    # `llmlat --help` and a bad flag answer at once: listing the options needs no pandas
+    code = (
+        "import sys; from llmlat.cli import build_parser; "
+        "build_parser().parse_known_args(['sweep', '-c', '1']); "
+        "print(sorted(m for m in ('pandas', 'aiohttp') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -142,26 +142,38 @@ def test_llmsim_bad_input(ip: InteractiveShell, line: str, needle: str) -> None:
     assert _magics(ip).simulator is None
 
 
+def test_llmsim_on_a_taken_port(ip: InteractiveShell) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError, match=rf"^--port: cannot listen on {port} \(address"):
+            ip.run_line_magic("llmsim", f"start --preset instant --port {port}")
+    assert _magics(ip).simulator is None
+
+
 # ---------------------------------------------------------------- %%llmsweep
 
 
-def test_sweep_shows_the_compact_table_and_stores_result(ip: InteractiveShell, sim: str) -> None:
-    shown, _, _ = _captured(
+def test_sweep_returns_the_compact_table_and_stores_result(ip: InteractiveShell, sim: str) -> None:
+    table, _, _ = _captured(
         ip.run_cell_magic, "llmsweep", "-c 1,4 -n 8 -o res --no-progress", "Hello"
     )
     res = ip.user_ns["res"]
-    assert shown is res  # displayed as its compact per-level table
-    html, text = res._repr_html_(), repr(res)
-    for heading in ("level", "ok %", "429 %", "throughput /s", "p50 s", "p95 s", "p99 s"):
-        assert heading in html and heading in text
-    assert "TTFT p95 s" in text and "latency_p95_s" not in text
-    assert [line.split()[:2] for line in text.splitlines()[2:]] == [["1", "8"], ["4", "8"]]
+    assert isinstance(res, llmlat.SweepResult) and isinstance(table, pd.DataFrame)
+    headings = ["level", "n", "ok %", "429 %", "throughput /s", "p50 s", "p95 s", "p99 s"]
+    assert list(table.columns[:8]) == headings and "TTFT p95 s" in table.columns
+    summary = res.summary()  # the same numbers, selected: none computed on the way
+    assert list(table["level"]) == [1.0, 4.0] and list(table["n"]) == [8, 8]
+    assert list(table["p95 s"]) == list(summary["latency_p95_s"])
+    assert list(table["ok %"]) == list(100 * summary["ok_rate"])
+    text, html = repr(res), res._repr_html_()  # the result shows the same table
+    assert all(h in text and h in html for h in headings)
     assert len(res.requests) == 16 and res.requests["ok"].all()
     assert res.meta["url"] == sim and res.meta["model"] == "llmlat-sim"  # model of %llmsim
     assert res.meta["interrupted"] is False
     assert res.meta["payload_summary"]  # what was sent is described, not dropped
     full = ip.run_cell_magic("llmsweep", "-c 2 -n 4 -o res2 --no-progress --full", "Hello")
-    assert isinstance(full, pd.DataFrame)
     pd.testing.assert_frame_equal(full, ip.user_ns["res2"].summary())
 
 
@@ -389,8 +401,8 @@ def test_config_traits_are_the_options(ip: InteractiveShell, config_reset: LLMSw
     ip.run_line_magic("config", "LLMSweep.concurrency = [1, 2]")
     ip.run_line_magic("config", "LLMSweep.simulator = 'instant'")
     ip.run_line_magic("config", "LLMSweep.progress = False")
-    res = ip.run_line_magic("llmsweep", "-o per_level")
-    assert res.requests.groupby("level").size().tolist() == [2, 3]
+    table = ip.run_line_magic("llmsweep", "-o per_level")
+    assert list(table["n"]) == [2, 3]
 
 
 def test_api_key_never_shown(
@@ -405,7 +417,7 @@ def test_api_key_never_shown(
         "hi",
     )
     keyed = ip.user_ns["keyed"]
-    shown = [out, err, repr(summary), repr(keyed), keyed._repr_html_()]
+    shown = [out, err, summary.to_string(), repr(keyed), keyed._repr_html_()]
     shown += [keyed.requests.to_string(), json.dumps(keyed.meta, default=str)]
     shown += [p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()]
     assert keyed.requests["ok"].all()
@@ -430,7 +442,7 @@ def test_magic_from_a_plain_thread(ip: InteractiveShell, sim: str) -> None:
     thread.start()
     thread.join()
     assert "error" not in box, box.get("error")
-    assert list(box["result"].summary()["n"]) == [4]
+    assert list(box["result"]["n"]) == [4]
     assert ip.user_ns["threaded"].requests["ok"].all()
 
 
@@ -461,7 +473,7 @@ if {uvloop!r}:
 else:
     summary = asyncio.run(cell())
 res = ip.user_ns["res"]
-assert list(summary.summary()["n"]) == [3, 3], summary
+assert list(summary["n"]) == [3, 3], summary
 assert res.requests["ok"].all() and len(ip.user_ns["res2"].requests) == 2
 print("RESULT", "patched" if hasattr(asyncio, "_nest_patched") else "unpatched")
 ip.run_line_magic("llmsim", "stop")
@@ -581,3 +593,19 @@ def test_llmfit_bad_input_is_a_usage_error(ip: InteractiveShell, line: str, need
     ip.user_ns["one_level"] = mmc_closed_requests([4], mu=2.0, c=4, n=50, seed=1)
     with pytest.raises(UsageError, match=re.escape(needle)):
         ip.run_line_magic("llmfit", line)
+
+
+def test_notices_go_to_stdout_in_a_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a kernel shows stderr as a red box: "no url given: ..." is information, not an error
+    from llmlat._notice import notice
+
+    kernel_stream = type("OutStream", (io.StringIO,), {"__module__": "ipykernel.iostream"})
+    err, out = kernel_stream(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(sys, "stdout", out)
+    notice("no url given")
+    assert (out.getvalue(), err.getvalue()) == ("llmlat: no url given\n", "")
+    terminal = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    notice("no url given")
+    assert terminal.getvalue() == "llmlat: no url given\n"

@@ -44,11 +44,14 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from llmlat.config import SweepConfig
     from llmlat.demo import run_demo
 
+    preset = getattr(args, "simulator", _DEMO_PRESET)
+    SweepConfig(simulator=preset, concurrency=1)  # --simulator checked as llmlat sweep does
     run_demo(
         args.out,
-        preset=getattr(args, "simulator", _DEMO_PRESET),
+        preset=preset,
         p95_s=args.p95_s,
         seed=getattr(args, "seed", 0),
         quick=args.quick,

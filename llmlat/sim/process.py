@@ -17,6 +17,7 @@ import asyncio
 import atexit
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -234,7 +235,8 @@ def _main(argv: list[str]) -> int:
         with asyncio.Runner(loop_factory=new_event_loop) as runner:
             runner.run(_serve(config, options["port"]))
     except OSError as exc:  # e.g. the port is taken
-        print(json.dumps({"error": exc.strerror or str(exc)}), flush=True)
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)  # aiohttp wraps the text
+        print(json.dumps({"error": reason.lower()}), flush=True)
         return 1
     return 0
 
