@@ -42,8 +42,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from llmlat.apis import API_NAMES
-from llmlat.client import RetryPolicy, Target, redact_url
+from llmlat.client import RetryPolicy, Target
 from llmlat.loadshapes import ARRIVALS, LevelPlan, plan_levels
+from llmlat.redact import redact_url
 
 __all__ = [
     "GROUPS",
@@ -103,6 +104,10 @@ class SweepConfig:
 
     Build it with keywords (``SweepConfig(concurrency=[1, 10], url=...)``) or from a base with
     :meth:`replace`; it validates everything when built. Sequences are kept as tuples.
+
+    Parameters
+    ----------
+    {options}
 
     Raises
     ------
@@ -592,8 +597,13 @@ def with_options(func: Callable) -> Callable:
         parameters=[*own, *options],
         return_annotation=hints.get("return", signature.return_annotation),
     )
-    func.__doc__ = (func.__doc__ or "").replace("{options}", options_doc(indent=4).lstrip())
+    func.__doc__ = _with_options_doc(func.__doc__)
     return func
+
+
+def _with_options_doc(doc: str | None) -> str:
+    """``doc`` with its ``{options}`` line replaced by the entries of every option."""
+    return (doc or "").replace("{options}", options_doc(indent=4).lstrip())
 
 
 def options_doc(indent: int = 0) -> str:
@@ -722,3 +732,6 @@ def _plan(config: SweepConfig, trace: Any) -> list[LevelPlan]:
         warmup_s=config.warmup_s,
         seed=config.seed,
     )
+
+
+SweepConfig.__doc__ = _with_options_doc(SweepConfig.__doc__)

@@ -62,12 +62,10 @@ def run_demo(
     pathlib.Path
         The report's ``index.html``.
     """
-    import pandas as pd
-
+    from llmlat._display import compact, to_text
     from llmlat.engine import sweep
     from llmlat.report import build_report
     from llmlat.sim import SimConfig
-    from llmlat.summary import brief
 
     out_stream = stream or sys.stdout
 
@@ -88,8 +86,7 @@ def run_demo(
     )
     say(f"\nMeasured {len(result.requests)} requests in {time.perf_counter() - started:.0f} s.\n")
     summary = result.summary()
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        say(brief(summary).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    say(to_text(compact(summary)))
     if p95_s is None:
         lightest = summary.loc[summary["level"].idxmin()]
         p95_s = round(2 * float(lightest["latency_p95_s"]), 2)

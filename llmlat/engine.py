@@ -39,9 +39,10 @@ from llmlat._loop import loop_factory, run_coroutine
 from llmlat._notice import notice
 from llmlat._version import __version__
 from llmlat.apis import make_payload
-from llmlat.client import Client, redact_url
+from llmlat.client import Client, FailFast, list_models
 from llmlat.config import SweepConfig, jsonable, with_options
 from llmlat.loadshapes import LevelPlan
+from llmlat.redact import redact_url
 from llmlat.results import DatasetWriter, SweepResult
 from llmlat.schema import (
     Attempt,
@@ -88,6 +89,7 @@ class Sweeper:
         For an unknown option name.
     """
 
+    @with_options
     def __init__(
         self, payload: Any = None, config: SweepConfig | None = None, **options: Any
     ) -> None:
@@ -106,6 +108,7 @@ class Sweeper:
         cfg.target().api_key()  # the named variable must be set (the key itself is not kept)
         self._retry = cfg.retry_policy()
         self._model = cfg.model
+        self._fail_fast = FailFast()
         self._payload_of = _payload_source(payload, cfg.api, self._plans)
         self._payload_summary = _payload_summary(payload)
         self._save = None if cfg.save is None else Path(cfg.save)
@@ -195,6 +198,13 @@ class Sweeper:
 
     async def _run_against(self, url: str, sim_config: dict | None) -> SweepResult:
         cfg = self.config
+        if self._model is None:  # the server's first listed model, or a one-line error
+            models = await list_models(cfg.target(url), transport=cfg.transport)
+            self._model = models[0]
+            notice(
+                f"no model given: using {models[0]!r}, the first of the {len(models)} "
+                "the server lists (GET /v1/models)"
+            )
         target = dataclasses.replace(cfg.target(url), model=self._model)
         self._t0_ns = time.perf_counter_ns()
         self._meta = {
@@ -228,7 +238,12 @@ class Sweeper:
         gc.freeze()
         try:
             async with Client(
-                target, self._retry, run_id=self._run_id, t0_ns=self._t0_ns, seed=cfg.seed
+                target,
+                self._retry,
+                run_id=self._run_id,
+                t0_ns=self._t0_ns,
+                seed=cfg.seed,
+                transport=cfg.transport,
             ) as client:
                 for plan in self._plans:
                     if self._stopping:
@@ -249,6 +264,8 @@ class Sweeper:
         return self.result()
 
     async def _run_level(self, plan: LevelPlan, client: Client) -> None:
+        if self.config.preconnect:  # before the level's clock starts: connects are not its latency
+            await client.preconnect(plan.workers or plan.max_in_flight or 0)
         stats = LevelStats(self._run_id, plan.value, plan.kind, t_start=self._now())
         issued_before = len(self._issued)
         lags: list[float] = []
@@ -366,6 +383,11 @@ class Sweeper:
             self._finish(record, attempts)
 
     def _finish(self, record: Record, attempts: list[Attempt]) -> None:
+        reason = self._fail_fast.observe(record)
+        if reason is not None:  # the first requests all failed the same way: more would too
+            self._meta["stopped_reason"] = reason
+            notice(f"stopping: {reason}")
+            self.stop()
         self._unfinished.pop(record.request_id, None)
         self._attempts.extend(attempts)
         self._pending[0].append(record)
@@ -443,7 +465,9 @@ class Sweeper:
         if self._writer is None:
             return
         self._flush()
-        self._writer.close({"interrupted": self._interrupted})
+        self._writer.close(
+            {"interrupted": self._interrupted, "stopped_reason": self._meta.get("stopped_reason")}
+        )
         self._writer = None
 
     def _make_bar(self) -> Any:

@@ -16,16 +16,28 @@ import os
 import shlex
 import socket
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import urlsplit
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
-from traitlets import Bool, Dict, Enum, Float, Int, List, TraitType, Unicode, Union
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    Int,
+    List,
+    MetaHasTraits,
+    TraitType,
+    Unicode,
+    Union,
+)
 from traitlets.config import Configurable
 
 from llmlat.cli.options import OneLineParser, add_config_options, flag_message, options_from_args
 from llmlat.config import OptionSpec, option_specs
+from llmlat.redact import redact
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -36,8 +48,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["LLMMagics", "LLMSweep", "load_ipython_extension", "unload_ipython_extension"]
 
-# magic-only short forms of options
-_SHORT = {"concurrency": "-c", "rate": "-r", "requests": "-n"}
 _CONNECT_TIMEOUT_S = 3.0
 
 
@@ -76,17 +86,20 @@ def _trait(spec: OptionSpec) -> TraitType:
 
 #: Defaults of ``%%llmsweep``, set with ``%config LLMSweep.<option> = value``: one trait per
 #: option of :class:`~llmlat.config.SweepConfig`, generated from it.
-LLMSweep = type(Configurable)(
-    "LLMSweep",
-    (Configurable,),
-    {
-        "__doc__": "Defaults of ``%%llmsweep``, set with ``%config LLMSweep.<option> = value``.\n\n"
-        "One trait per option of :class:`llmlat.config.SweepConfig` (same name, help and "
-        "validation). An option given on the magic's line wins; an unset one (None) keeps "
-        "the model's default.",
-        "__module__": __name__,
-        **{spec.name: _trait(spec) for spec in option_specs()},
-    },
+LLMSweep = cast(
+    "type[Configurable]",  # a class made by traitlets' metaclass from the options model
+    MetaHasTraits(
+        "LLMSweep",
+        (Configurable,),
+        {
+            "__doc__": "Defaults of ``%%llmsweep``: ``%config LLMSweep.<option> = value``.\n\n"
+            "One trait per option of :class:`llmlat.config.SweepConfig` (same name, help and "
+            "validation). An option given on the magic's line wins; an unset one (None) keeps "
+            "the model's default.",
+            "__module__": __name__,
+            **{spec.name: _trait(spec) for spec in option_specs()},
+        },
+    ),
 )
 
 
@@ -109,7 +122,7 @@ def _sweep_parser() -> MagicParser:
     )
     own.add_argument("-h", "--help", action="store_true", help="show this help")
     add_payload_options(parser)
-    add_config_options(parser, short=_SHORT)
+    add_config_options(parser)
     return parser
 
 
@@ -121,7 +134,13 @@ def _sim_parser() -> MagicParser:
         add_help=False,
         description="Start, stop or show the built-in simulated provider of this notebook.",
     )
-    parser.add_argument("action", nargs="?", default="status", choices=("start", "stop", "status"))
+    parser.add_argument(
+        "action",
+        nargs="?",
+        default="status",
+        choices=("start", "stop", "status"),
+        help="start (or restart) a simulator, stop it, or show it (default: status)",
+    )
     parser.add_argument("--port", type=int, default=0, help="port (default: 0, a free one)")
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
     add_config_arguments(parser)
@@ -135,9 +154,21 @@ def _fit_parser() -> MagicParser:
         description="Fit a queueing model to a sweep (a SweepResult or a DataFrame variable).",
     )
     parser.add_argument("name", help="variable holding the sweep, e.g. res from %%llmsweep -o res")
-    parser.add_argument("--model", default="auto", help="auto, mm1, mmc, mgc, closed or batch")
-    parser.add_argument("--metric", default="latency", choices=("latency", "ttft"))
-    parser.add_argument("--stat", default="mean", choices=("mean", "p50", "p95", "p99"))
+    parser.add_argument(
+        "--model", default="auto", help="auto, mm1, mmc, mgc, closed or batch (default: auto)"
+    )
+    parser.add_argument(
+        "--metric",
+        default="latency",
+        choices=("latency", "ttft"),
+        help="what to model: end-to-end latency or time to first token (default: latency)",
+    )
+    parser.add_argument(
+        "--stat",
+        default="mean",
+        choices=("mean", "p50", "p95", "p99"),
+        help="the per-level statistic fitted (default: mean)",
+    )
     parser.add_argument(
         "--compare", action="store_true", help="show every model ranked by AIC instead"
     )
@@ -193,8 +224,7 @@ def _check_reachable(url: str) -> None:
 
 def _redact(text: str, api_key_env: str | None) -> str:
     """Remove the API key's value from a message, should any layer ever have echoed it."""
-    key = os.environ.get(api_key_env) if api_key_env else None
-    return text.replace(key, "***") if key else text
+    return redact(text, [os.environ.get(api_key_env) if api_key_env else None])
 
 
 @magics_class
@@ -209,32 +239,29 @@ class LLMMagics(Magics):
         The ``%config``-able defaults of ``%%llmsweep``.
     """
 
-    def __init__(self, shell: InteractiveShell, defaults: LLMSweep) -> None:
+    def __init__(self, shell: InteractiveShell, defaults: Configurable) -> None:
         super().__init__(shell)
         self.defaults = defaults
         self.simulator: SimulatorProcess | None = None
 
     @line_cell_magic
-    def llmsweep(self, line: str, cell: str | None = None) -> pd.DataFrame | None:
+    def llmsweep(self, line: str, cell: str | None = None) -> SweepResult | pd.DataFrame | None:
         """Measure latency at several load levels; the cell body is what to send.
 
-        ::
-
-            %%llmsweep -c 1,10,100 -n 50 -o res --save run.parquet
-            {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}
-
-            %llmsweep -c 1,10 -n 20 --prompt "Hi" -o res
+        A cell ``%%llmsweep -c 1,10,100 -n 50 -o res --save run.parquet`` with the body
+        ``{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}``, or a line
+        ``%llmsweep -c 1,10 -n 20 --prompt "Hi" -o res``.
 
         The body is a JSON request body, a JSON list of them (cycled), or plain text taken as
-        the user's prompt. As a line magic it sends ``--prompt`` / ``--payload``, or the default
-        prompt.
-        Options are those of ``llmlat sweep`` (``%llmsweep --help`` lists them) plus
-        ``-c``/``-r``/``-n`` for ``--concurrency``/``--rate``/``--requests``, ``-o NAME`` to
-        store the SweepResult, and ``--stream``. ``$var`` and ``{expr}`` expand from the
-        namespace. Without ``--url`` (or ``%config LLMSweep.url``) it measures the simulator of
-        ``%llmsim start``, else one started for the run. Returns the per-level summary; a
-        trailing ``;`` on the line or the body silences it. Interrupting the kernel stops the
-        sweep: the partial result is stored and saved.
+        the user's prompt; the line magic sends ``--prompt`` / ``--payload``, or the default
+        prompt. The options are those of ``llmlat sweep`` (``%llmsweep --help`` lists them),
+        plus ``-c``/``-r``/``-n`` for ``--concurrency``/``--rate``/``--requests``, ``-o NAME``
+        to store the SweepResult and ``--full``; defaults come from
+        ``%config LLMSweep.<option>``. ``$var`` and ``{expr}`` expand from the namespace.
+        Without ``--url`` it measures the simulator of ``%llmsim start``, else one started for
+        the run. Returns the SweepResult, shown as its compact per-level table (``--full``:
+        the full summary table); a trailing ``;`` on the line or the body silences it.
+        Interrupting the kernel stops the sweep: the partial result is stored and saved.
         """
         line, quiet_line = _trailing_semicolon(line)
         cell, quiet_cell = _trailing_semicolon(cell or "")
@@ -250,26 +277,24 @@ class LLMMagics(Magics):
             raise UsageError("give the payload in the cell body or with --prompt/--payload")
         result = self._sweep(payload, args)
         if args.output is not None:
-            self.shell.user_ns[args.output] = result
+            self._namespace[args.output] = result
         from llmlat.cli.sweep import warn_client_bound
 
         summary = result.summary()
         warn_client_bound(summary)
-        return None if quiet_line or quiet_cell else summary
+        if quiet_line or quiet_cell:
+            return None
+        return summary if args.full else result  # the result shows its compact table
 
     @line_magic
     def llmsim(self, line: str) -> None:
         """Start, stop or show the built-in simulated provider: ``%llmsim [start|stop|status]``.
 
-        ::
-
-            %llmsim start --preset article --seed 1
-            %llmsim status
-            %llmsim stop
-
-        ``start`` takes the options of ``llmlat sim`` (``%llmsim --help`` lists them) and
-        replaces a simulator already running. While one runs, ``%%llmsweep`` without ``--url``
-        measures it.
+        For example ``%llmsim start --preset article --seed 1``, ``%llmsim status``,
+        ``%llmsim stop``. ``start`` takes the options of ``llmlat sim`` (``%llmsim --help``
+        lists them) and replaces a simulator already running. The simulator is a child
+        process on 127.0.0.1, stopped with the kernel at the latest. While one runs,
+        ``%%llmsweep`` without ``--url`` measures it.
         """
         args = self._parse(_sim_parser(), line)
         if args is None:
@@ -294,11 +319,9 @@ class LLMMagics(Magics):
     def llmfit(self, line: str) -> Any:
         """Fit a queueing model to a measured sweep: ``%llmfit res [--model auto] [-o fit]``.
 
-        ::
-
-            %llmfit res                      # the best model by AIC, its summary shown
-            %llmfit res --model mmc -o fit   # c and mu of an M/M/c, stored as fit
-            %llmfit res --compare            # every model side by side
+        For example ``%llmfit res`` (the best model by AIC, its summary shown),
+        ``%llmfit res --model mmc -o fit`` (c and mu of an M/M/c, stored as ``fit``),
+        ``%llmfit res --compare`` (every model side by side).
 
         Returns the :class:`~llmlat.fitting.FitResult` (its summary shows under the cell), or
         with ``--compare`` the table of models. Data that cannot identify a model is a one-line
@@ -310,9 +333,9 @@ class LLMMagics(Magics):
         args = self._parse(_fit_parser(), line)
         if args is None:
             return None
-        if args.name not in self.shell.user_ns:
+        if args.name not in self._namespace:
             raise UsageError(f"%llmfit: no variable named {args.name!r}")
-        data = self.shell.user_ns[args.name]
+        data = self._namespace[args.name]
         try:
             if args.compare:
                 out = compare(data, metric=args.metric, stat=args.stat)
@@ -321,7 +344,7 @@ class LLMMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%llmfit: {exc}") from None
         if args.output is not None:
-            self.shell.user_ns[args.output] = out
+            self._namespace[args.output] = out
         return None if quiet else out
 
     def stop_simulator(self) -> bool:
@@ -339,6 +362,12 @@ class LLMMagics(Magics):
         return True
 
     # ------------------------------------------------------------------ helpers
+
+    @property
+    def _namespace(self) -> dict[str, Any]:
+        """The user's namespace (the magics are registered with a shell)."""
+        assert self.shell is not None
+        return self.shell.user_ns
 
     def _configured(self) -> dict[str, Any]:
         """Return the options set with ``%config LLMSweep.<option>``."""

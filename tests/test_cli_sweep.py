@@ -68,10 +68,11 @@ def test_sweep_without_url_runs_the_builtin_simulator(tmp_path):
         (["--concurrency", "1", "--rate", "2"], "--concurrency: give exactly one of"),
         ([], "--concurrency: give exactly one of --concurrency, --rate and --trace"),
         (["--concurency", "1,10"], "--concurency: unknown option (did you mean --concurrency?)"),
+        (["-c", "1", "--api", "opena-chat"], "--api: 'opena-chat' is not allowed (one of "),
         (["--concurrency", "1", "--timeout", "3"], "--timeout: unknown option (did you mean"),
-        (["--rate", "-1"], "--rate: must be"),
+        (["--rate", "-1"], "--rate: -1.0 is not allowed (a finite number > 0)"),
         (["--concurrency", "2", "--api", "grpc"], "--api: 'grpc' is not allowed (one of openai"),
-        (["--concurrency", "2", "--payload", "/nonexistent/p.json"], "payload: cannot read"),
+        (["--concurrency", "2", "--payload", "/nonexistent/p.json"], "--payload: cannot read"),
         (
             ["--concurrency", "2", "--url", "http://127.0.0.1:9", "--simulator", "article"],
             "--simulator: only used without --url",
@@ -95,7 +96,7 @@ def test_bad_options_exit_2_with_one_line(args, line):
 def test_per_level_requests_on_the_command_line(tmp_path):
     with Simulator(**FAST) as sim:
         proc = llmlat_sweep(
-            "--url", sim.url, "--concurrency", "1,2,3", "--requests", "2,3,4", "--no-progress",
+            "--url", sim.url, "-c", "1,2,3", "-n", "2,3,4", "--no-progress",
             "--timeout-s", "20",
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -180,4 +181,4 @@ def test_client_bound_levels_get_a_warning(capsys):
     )
     warn_client_bound(summary)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("warning: at level 100 ")
+    assert len(lines) == 1 and lines[0].startswith("llmlat: warning: at level 100 ")

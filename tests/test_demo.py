@@ -29,6 +29,9 @@ def _check_page(page: Path, *, with_fit: bool) -> _Images:
     parser = _Images()
     parser.feed(page.read_text(encoding="utf-8"))
     assert "Summary per level" in parser.headings
+    html = page.read_text(encoding="utf-8")  # the compact table in the page, the full one beside
+    assert "ok %" in html and "latency_p95_s" not in html and "href='summary.csv'" in html
+    assert "latency_p95_s" in (page.parent / "summary.csv").read_text()
     assert ("Fitted model" in parser.headings) is with_fit
     assert len(parser.images) >= 4
     for src in parser.images:
@@ -42,7 +45,7 @@ def test_demo_prints_summary_fit_plan_and_report_path(demo_run):
     assert re.search(r"^report: (.+index\.html)$", stdout, re.M).group(1) == str(
         (out / "index.html").resolve()
     )
-    for text in ("latency_p95_s", "queueing fit", "[0.025", "Plan for p95"):
+    for text in ("p95 s", "throughput /s", "queueing fit", "[0.025", "Plan for p95"):
         assert text in stdout
 
 

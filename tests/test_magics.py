@@ -145,19 +145,24 @@ def test_llmsim_bad_input(ip: InteractiveShell, line: str, needle: str) -> None:
 # ---------------------------------------------------------------- %%llmsweep
 
 
-def test_sweep_returns_summary_and_stores_result(ip: InteractiveShell, sim: str) -> None:
-    summary, _, _ = _captured(
+def test_sweep_shows_the_compact_table_and_stores_result(ip: InteractiveShell, sim: str) -> None:
+    shown, _, _ = _captured(
         ip.run_cell_magic, "llmsweep", "-c 1,4 -n 8 -o res --no-progress", "Hello"
     )
     res = ip.user_ns["res"]
-    assert isinstance(res, llmlat.SweepResult)
-    assert isinstance(summary, pd.DataFrame)
-    assert list(summary["level"]) == [1.0, 4.0]
-    pd.testing.assert_frame_equal(summary, res.summary())
+    assert shown is res  # displayed as its compact per-level table
+    html, text = res._repr_html_(), repr(res)
+    for heading in ("level", "ok %", "429 %", "throughput /s", "p50 s", "p95 s", "p99 s"):
+        assert heading in html and heading in text
+    assert "TTFT p95 s" in text and "latency_p95_s" not in text
+    assert [line.split()[:2] for line in text.splitlines()[2:]] == [["1", "8"], ["4", "8"]]
     assert len(res.requests) == 16 and res.requests["ok"].all()
     assert res.meta["url"] == sim and res.meta["model"] == "llmlat-sim"  # model of %llmsim
     assert res.meta["interrupted"] is False
     assert res.meta["payload_summary"]  # what was sent is described, not dropped
+    full = ip.run_cell_magic("llmsweep", "-c 2 -n 4 -o res2 --no-progress --full", "Hello")
+    assert isinstance(full, pd.DataFrame)
+    pd.testing.assert_frame_equal(full, ip.user_ns["res2"].summary())
 
 
 @pytest.mark.parametrize(
@@ -346,12 +351,46 @@ def test_usage_error_shows_as_one_line_in_a_cell(ip: InteractiveShell) -> None:
 
 
 def test_help(ip: InteractiveShell) -> None:
+    from llmlat.config import option_specs
+
     assert ip.run_line_magic("llmsweep", "--help") is None
     _, out, _ = _captured(ip.run_line_magic, "llmsweep", "-h")
-    for flag in ("--concurrency", "--rate", "--requests", "--output", "--api-key-env", "--save"):
-        assert flag in out
+    for flag in ["-c N", "-r R", "-n N", "--output", *(o.flag for o in option_specs())]:
+        assert flag in out, flag
+    assert "%%llmsweep [options]" in out and "::" not in out
     _, out, _ = _captured(ip.run_line_magic, "llmsim", "--help")
-    assert "--queue-limit" in out and "--preset" in out
+    assert "--queue-limit" in out and "--preset" in out and "usage: %llmsim" in out
+    _, out, _ = _captured(ip.run_line_magic, "llmfit", "--help")
+    assert "usage: %llmfit" in out and "%%llmfit" not in out
+
+
+def test_every_option_has_help(ip: InteractiveShell) -> None:
+    from llmlat.ipython import _fit_parser, _sim_parser, _sweep_parser
+
+    for parser in (_sweep_parser(), _sim_parser(), _fit_parser()):
+        for action in parser._actions:
+            assert action.help, (parser.prog, action.dest)
+
+
+def test_help_alone_in_a_cell(ip: InteractiveShell) -> None:
+    outcome, out, err = _captured(ip.run_cell, "%%llmsweep --help")
+    assert outcome.success and "--concurrency" in out and "UsageError" not in out + err
+    outcome, out, err = _captured(ip.run_cell, "%%llmsweep -h\n\n")
+    assert outcome.success and "--concurrency" in out
+
+
+def test_config_traits_are_the_options(ip: InteractiveShell, config_reset: LLMSweep) -> None:
+    from llmlat.config import option_specs
+
+    assert set(config_reset.trait_names(config=True)) == {o.name for o in option_specs()}
+    for spec in option_specs():
+        assert config_reset.traits()[spec.name].help == spec.help
+    ip.run_line_magic("config", "LLMSweep.requests = [2, 3]")
+    ip.run_line_magic("config", "LLMSweep.concurrency = [1, 2]")
+    ip.run_line_magic("config", "LLMSweep.simulator = 'instant'")
+    ip.run_line_magic("config", "LLMSweep.progress = False")
+    res = ip.run_line_magic("llmsweep", "-o per_level")
+    assert res.requests.groupby("level").size().tolist() == [2, 3]
 
 
 def test_api_key_never_shown(
@@ -366,7 +405,7 @@ def test_api_key_never_shown(
         "hi",
     )
     keyed = ip.user_ns["keyed"]
-    shown = [out, err, summary.to_string(), repr(keyed), keyed._repr_html_()]
+    shown = [out, err, repr(summary), repr(keyed), keyed._repr_html_()]
     shown += [keyed.requests.to_string(), json.dumps(keyed.meta, default=str)]
     shown += [p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()]
     assert keyed.requests["ok"].all()
@@ -383,7 +422,7 @@ def test_magic_from_a_plain_thread(ip: InteractiveShell, sim: str) -> None:
     def target() -> None:
         try:
             line = "-c 2 -n 4 -o threaded --no-progress"
-            box["summary"] = ip.run_cell_magic("llmsweep", line, "hi")
+            box["result"] = ip.run_cell_magic("llmsweep", line, "hi")
         except BaseException as exc:
             box["error"] = exc
 
@@ -391,7 +430,7 @@ def test_magic_from_a_plain_thread(ip: InteractiveShell, sim: str) -> None:
     thread.start()
     thread.join()
     assert "error" not in box, box.get("error")
-    assert list(box["summary"]["n"]) == [4]
+    assert list(box["result"].summary()["n"]) == [4]
     assert ip.user_ns["threaded"].requests["ok"].all()
 
 
@@ -422,7 +461,7 @@ if {uvloop!r}:
 else:
     summary = asyncio.run(cell())
 res = ip.user_ns["res"]
-assert list(summary["n"]) == [3, 3], summary
+assert list(summary.summary()["n"]) == [3, 3], summary
 assert res.requests["ok"].all() and len(ip.user_ns["res2"].requests) == 2
 print("RESULT", "patched" if hasattr(asyncio, "_nest_patched") else "unpatched")
 ip.run_line_magic("llmsim", "stop")

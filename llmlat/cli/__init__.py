@@ -41,6 +41,8 @@ def build_parser() -> OneLineParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
         importlib.import_module(name).add_parser(sub)
+    for command in sub.choices.values():  # main() reports late errors in its flags' spelling
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -56,11 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         The process exit code (:data:`~llmlat.cli.options.EXIT_CODES`): 0 on success, 2 on
-        bad usage, 130 when interrupted.
+        bad usage, 3 when a sweep had no successful request, 130 when interrupted.
     """
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
-    command = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
+    command: OneLineParser = args.command_parser
     if extras:
         command.unknown(extras)
     try:

@@ -15,6 +15,7 @@ the model (``timeout_s: ...``) in the command line's spelling (``--timeout-s: ..
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from llmlat.config import GROUPS, OptionSpec, did_you_mean, option_specs
 
 __all__ = [
     "EXIT_CODES",
+    "SHORT_FLAGS",
     "OneLineParser",
     "add_config_options",
     "flag_message",
@@ -36,8 +38,12 @@ EXIT_CODES = {
     0: "success",
     1: "an unexpected error (a bug: please report it)",
     2: "bad usage: an invalid option or input, explained in one line",
+    3: "no request of the sweep succeeded (connection refused, TLS, 401, ...): the last error",
     130: "interrupted (Ctrl-C); what was measured is printed and saved",
 }
+
+#: Short forms of the most used options (``llmlat sweep`` and ``%%llmsweep`` alike).
+SHORT_FLAGS = {"concurrency": "-c", "rate": "-r", "requests": "-n"}
 
 _ARGUMENT = re.compile(r"^argument (?P<flags>[^:]+): (?P<text>.*)$", re.S)
 _CHOICE = re.compile(r"^invalid choice: (?P<value>.+?) \(choose from (?P<allowed>.*)\)$", re.S)
@@ -121,7 +127,9 @@ class OneLineParser(argparse.ArgumentParser):
         choice = _CHOICE.match(text)
         if choice:
             allowed = choice["allowed"].replace("'", "")
-            text = f"{choice['value']} is not allowed (one of {allowed})"
+            close = difflib.get_close_matches(choice["value"].strip("'"), allowed.split(", "), 1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            text = f"{choice['value']} is not allowed (one of {allowed}{hint})"
         elif text == "expected one argument":
             text = "expected a value"
         elif text.startswith("not allowed with argument "):
@@ -157,28 +165,25 @@ def flag_message(exc: BaseException, flags: dict[str, str] | None = None) -> str
 
 
 def add_config_options(
-    parser: argparse.ArgumentParser,
-    *,
-    short: dict[str, str] | None = None,
-    only: tuple[str, ...] | None = None,
+    parser: argparse.ArgumentParser, *, only: tuple[str, ...] | None = None
 ) -> None:
     """Add a flag for every :class:`~llmlat.config.SweepConfig` option, grouped.
+
+    ``--concurrency``, ``--rate`` and ``--requests`` also get the short forms of
+    :data:`SHORT_FLAGS`.
 
     Parameters
     ----------
     parser : argparse.ArgumentParser
         The parser to extend.
-    short : dict, optional
-        Option name -> short flag (e.g. ``{"concurrency": "-c"}``), for the magic.
     only : tuple of str, optional
         Offer these options only (a command sharing some of the sweep's); all when None.
     """
-    short = short or {}
     specs = [o for o in option_specs() if only is None or o.name in only]
     titles = {o.group: GROUPS[o.group] for o in specs}
     groups = {key: parser.add_argument_group(title) for key, title in titles.items()}
     for spec in specs:
-        flags = [short[spec.name]] if spec.name in short else []
+        flags = [SHORT_FLAGS[spec.name]] if spec.name in SHORT_FLAGS else []
         groups[spec.group].add_argument(
             *flags, spec.flag, dest=spec.name, default=argparse.SUPPRESS, **_argument(spec)
         )

@@ -8,7 +8,8 @@ Examples::
 The flags are generated from :class:`~llmlat.config.SweepConfig` (``timeout_s`` ->
 ``--timeout-s``). Ctrl-C stops new sends, gives the requests in flight a few seconds to finish
 (a second Ctrl-C cancels them at once; each stays a row), prints and saves what was measured,
-and exits with code 130.
+and exits with code 130. A sweep in which no request succeeded exits with code 3 and prints the
+last error (when the first requests all fail the same way, the sweep stops there).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from llmlat._notice import notice
 from llmlat.cli.options import add_config_options, options_from_args
 
 __all__ = ["add_parser", "add_payload_options", "read_payload", "warn_client_bound"]
@@ -54,7 +56,7 @@ def add_parser(subparsers: Any) -> None:
         help="measure latency at several load levels",
         description="Send load at each level in turn, record every request, print a per-level "
         "table. Give one of --concurrency, --rate or --trace.",
-        usage="llmlat sweep (--concurrency N,N,... | --rate R,R,... | --trace FILE) [options]",
+        usage="llmlat sweep (-c N,N,... | -r R,R,... | --trace FILE) [options]",
     )
     add_payload_options(p)
     add_config_options(p)
@@ -92,29 +94,33 @@ def read_payload(path: Path) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from llmlat._display import compact, to_text
     from llmlat.engine import sweep
-    from llmlat.summary import brief
 
     warnings.formatwarning = _one_line_warning
     payload = args.prompt if args.payload is None else read_payload(args.payload)
     result = sweep(payload, **options_from_args(args))
     summary = result.summary()
-    table = summary if args.full else brief(summary)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    print(to_text(summary if args.full else compact(summary)))
     warn_client_bound(summary)
     if result.meta["load"]["save"] is not None:
         print(
             f"saved {len(result.requests)} requests to {result.meta['load']['save']}",
             file=sys.stderr,
         )
-    if result.meta.get("interrupted"):
+    if result.meta.get("interrupted") and not result.meta.get("stopped_reason"):
         print("interrupted: the results above are partial", file=sys.stderr)
         return 130
+    if not result.requests["ok"].any():  # exit code 3 (EXIT_CODES)
+        errors = result.requests["error"].dropna()
+        said = f": {errors.iloc[-1]}" if len(errors) else ""
+        print(f"error: no request succeeded{said}", file=sys.stderr)
+        return 3
     return 0
 
 
 def warn_client_bound(summary: Any) -> None:
-    """Print to stderr a warning for each level the engine's self-diagnosis flagged as client-bound.
+    """Say which levels the engine's self-diagnosis flagged as client-bound.
 
     Parameters
     ----------
@@ -123,11 +129,13 @@ def warn_client_bound(summary: Any) -> None:
     """
     if "client_bound" not in summary.columns:
         return
-    for level in summary.loc[summary["client_bound"].fillna(False).astype(bool), "level"]:
-        print(
+    flagged = summary["client_bound"].fillna(False).astype(bool)
+    if "ok" in summary.columns:  # a level with no success has no latency to inflate
+        flagged &= summary["ok"] > 0
+    for level in summary.loc[flagged, "level"]:
+        notice(
             f"warning: at level {level:g} the client itself was busy (CPU or event-loop lag): "
-            "its latencies may be inflated",
-            file=sys.stderr,
+            "its latencies may be inflated"
         )
 
 

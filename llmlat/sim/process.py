@@ -187,15 +187,15 @@ async def serve_simulator(config: SimConfig, *, in_process: bool = False) -> Asy
     if in_process:
         from llmlat.sim.simulator import Simulator
 
-        async with Simulator(config) as sim:
-            yield sim
+        async with Simulator(config) as here:
+            yield here
         return
-    sim = SimulatorProcess(config)
-    await asyncio.to_thread(sim.start)
+    child = SimulatorProcess(config)
+    await asyncio.to_thread(child.start)
     try:
-        yield sim
+        yield child
     finally:
-        await asyncio.to_thread(sim.stop)
+        await asyncio.to_thread(child.stop)
 
 
 @atexit.register
