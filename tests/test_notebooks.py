@@ -164,7 +164,7 @@ def test_kernel_interrupt_keeps_and_saves_the_partial_result(kernel: Any, tmp_pa
     reply, messages = _run(
         client,
         "import asyncio\nawait asyncio.sleep(0.01)\n"
-        "s = %llmsweep -c 2 -n 4 --no-progress\nprint(list(s['n']))",
+        "s = %llmsweep -c 2 -n 4 --no-progress\nprint(list(s.summary()['n']))",
     )
     assert reply["content"]["status"] == "ok", reply["content"]
     assert _stream(messages, "stdout").strip() == "[4]"
