@@ -12,19 +12,18 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
-import re
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pytest
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KERNEL = "llmlat-test"
 
@@ -53,24 +52,12 @@ def sim_process() -> Iterator[tuple[str, Callable[[], pd.DataFrame]]]:
 
     It serves the whole session: a test finds its own rows by ``client_request_id``.
     """
-    args = ["--t0-s", "0.01", "--t1-s", "0.0001", "--output-tokens", "32", "--slots", "64"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmlat", "sim", *args], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        found = re.search(r"http://\S+", proc.stdout.readline())
-        assert found, "the simulator did not print its URL"
-        url = found.group(0)
+    from llmlat.sim.process import SimulatorProcess
 
-        def truth() -> pd.DataFrame:
-            with urllib.request.urlopen(url + "/llmlat/truth") as resp:
-                return pd.DataFrame(json.load(resp))
-
-        yield url, truth
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    config = {"t0_s": 0.01, "t1_s": 0.0001, "output_tokens": 32, "slots": 64}
+    with SimulatorProcess(config) as sim:
+        assert sim.url is not None
+        yield sim.url, sim.truth
 
 
 @pytest.fixture(scope="session")
