@@ -30,17 +30,17 @@ import time
 import warnings
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from llmlat._fdlimit import ensure_open_files
 from llmlat._loop import loop_factory, run_coroutine
 from llmlat._version import __version__
 from llmlat.apis import make_payload
 from llmlat.client import Client, RetryPolicy, Target, redact_url
 from llmlat.loadshapes import LevelPlan, plan_levels
-from llmlat.results import DatasetWriter, SweepResult
+from llmlat.results import DatasetWriter, SweepResult, check_save_path
 from llmlat.schema import (
     Attempt,
     LevelStats,
@@ -56,7 +56,7 @@ __all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "sweep"]
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 
 _LAG_INTERVAL_S = 0.01  # event-loop lag sampling period
-_FLUSH_INTERVAL_S = 0.25  # how often finished rows go to the save file
+_FLUSH_INTERVAL_S = 0.2  # finished rows reach the save file within 0.25 s (timer lateness)
 _GRACE_S = 5.0  # after Ctrl-C in sweep(), how long requests in flight may take to finish
 _POSTFIX_INTERVAL_S = 0.5  # how often the progress bar's ok rate / p95 are recomputed
 _LEVEL_LABEL = {"concurrency": "N={:g}", "rate": "rate={:g}/s", "trace": "trace x{:g}"}
@@ -97,7 +97,11 @@ class Sweeper:
         Show a progress bar (tqdm) with the level, done/total, ok rate and p95 so far.
     save : str or path, optional
         Append finished rows to this dataset as the sweep runs (readable at any time with
-        :func:`llmlat.read`).
+        :func:`llmlat.read`; within 0.25 s of finishing, a row is in the file). The path is
+        checked here, before anything is sent.
+    overwrite : bool
+        Let ``save`` replace a dataset, or an unfinished sweep's journal, already at its path;
+        otherwise their presence is an error.
     run_id : str, optional
         Identifies the run in every row; generated when None.
 
@@ -139,6 +143,7 @@ class Sweeper:
         seed: int = 0,
         progress: bool = True,
         save: str | os.PathLike | None = None,
+        overwrite: bool = False,
         run_id: str | None = None,
     ) -> None:
         self._plans = plan_levels(
@@ -196,7 +201,15 @@ class Sweeper:
         self._payload_summary = _payload_summary(payload)
         self._seed = seed
         self._progress = progress
-        self._save = None if save is None else Path(save)
+        # issue 11: checked before anything is sent, so a bad path never costs a run
+        self._save = None if save is None else check_save_path(save, overwrite=overwrite)
+        self._overwrite = overwrite
+        most = [p.workers or p.max_in_flight for p in self._plans]
+        ensure_open_files(
+            None if None in most else max(most),
+            2 if url is None else 1,  # the in-process simulator holds the other end
+            "concurrency" if self._plans[0].workers else "max_in_flight",
+        )
         self._pause_s = float(pause_s)
         self._run_id = run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         self._load_meta = _jsonable(
@@ -229,7 +242,7 @@ class Sweeper:
         self._levels: list[LevelStats] = []
         self._pending: tuple[list[Record], list[Attempt]] = ([], [])
         self._writer: DatasetWriter | None = None
-        self._last_flush = 0.0
+        self._flush_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         self._sleepers: set[asyncio.Future] = set()
@@ -337,7 +350,8 @@ class Sweeper:
             "payload_summary": self._payload_summary,
         }
         if self._save is not None:
-            self._writer = DatasetWriter(self._save, dict(self._meta))
+            self._writer = DatasetWriter(self._save, dict(self._meta), overwrite=self._overwrite)
+            self._flush_tick()
         self._bar = self._make_bar()
         # a full collection over everything imported so far (pandas, numpy, ...) pauses the
         # loop for tens of ms mid-level; frozen objects are skipped until the run ends
@@ -497,8 +511,6 @@ class Sweeper:
             if now - self._last_postfix >= _POSTFIX_INTERVAL_S:
                 self._last_postfix = now
                 self._bar.set_postfix_str(self._postfix(), refresh=False)
-        if self._writer is not None and now - self._last_flush >= _FLUSH_INTERVAL_S:
-            self._flush()
 
     def _cancel_unstarted(self) -> None:
         """Give a row to requests issued but cancelled before the client ever ran."""
@@ -551,11 +563,28 @@ class Sweeper:
     def _flush(self) -> None:
         records, attempts = self._pending
         self._pending = ([], [])
-        self._last_flush = time.perf_counter()
         if self._writer is not None and (records or attempts):
             self._writer.append(records, attempts)
 
+    def _flush_tick(self) -> None:
+        """Flush now and every _FLUSH_INTERVAL_S: rows reach the file even when nothing ends."""
+        assert self._loop is not None and self._writer is not None
+        try:
+            self._flush()
+        except OSError as exc:  # disk full, say: keep the rows in memory and stop the sweep
+            warnings.warn(
+                f"save: writing {self._save} failed ({exc.strerror or exc}); the sweep stops",
+                stacklevel=1,
+            )
+            self._writer.abort()
+            self._writer = None
+            self.stop()
+            return
+        self._flush_timer = self._loop.call_later(_FLUSH_INTERVAL_S, self._flush_tick)
+
     def _close_writer(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
         if self._writer is None:
             return
         self._flush()

@@ -542,12 +542,12 @@ def test_journal_round_trip_is_exact_for_any_values(tmp_path, rows):
         )
         for i, (t, lat, status, err, ok, phase) in enumerate(rows)
     ]
-    path = tmp_path / "prop.parquet"
-    writer = DatasetWriter(path, {})
+    path = tmp_path / "prop.parquet"  # shared by the examples: each replaces the last
+    writer = DatasetWriter(path, {}, overwrite=True)
     writer.append(records)
     writer.abort()
     pd.testing.assert_frame_equal(read(path).requests, requests_frame(records), check_exact=True)
-    writer = DatasetWriter(path, {})
+    writer = DatasetWriter(path, {}, overwrite=True)
     writer.append(records)
     writer.close()
     pd.testing.assert_frame_equal(read(path).requests, requests_frame(records), check_exact=True)

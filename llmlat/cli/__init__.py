@@ -15,7 +15,13 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 # modules that each contribute one or more subcommands through add_parser(subparsers)
-_COMMANDS = ("llmlat.cli.sweep", "llmlat.cli.sim", "llmlat.report", "llmlat.demo")
+_COMMANDS = (
+    "llmlat.cli.sweep",
+    "llmlat.cli.sim",
+    "llmlat.cli.read",
+    "llmlat.report",
+    "llmlat.demo",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

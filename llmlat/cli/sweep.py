@@ -111,6 +111,9 @@ def add_parser(subparsers: Any) -> None:
 
     out = p.add_argument_group("output")
     out.add_argument("--save", type=Path, metavar="OUT.parquet", help="dataset, written as it goes")
+    out.add_argument(
+        "--overwrite", action="store_true", help="let --save replace a dataset or journal there"
+    )
     out.add_argument("--run-id")
     out.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_run)
@@ -202,6 +205,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "progress": not args.no_progress,
         "save": args.save,
+        "overwrite": args.overwrite,
         "run_id": args.run_id,
     }
 

@@ -4,6 +4,7 @@
 :func:`read` opens them, and :class:`DatasetWriter` journals rows crash-safely during a sweep.
 """
 
-from llmlat.results.dataset import DatasetWriter, SweepResult, read
+from llmlat.results.dataset import DatasetWriter, SweepResult, read, recover
+from llmlat.results.savepath import check_save_path
 
-__all__ = ["DatasetWriter", "SweepResult", "read"]
+__all__ = ["DatasetWriter", "SweepResult", "check_save_path", "read", "recover"]
