@@ -236,12 +236,17 @@ def warn_client_bound(summary: Any) -> None:
     summary : pandas.DataFrame
         A per-level summary (:meth:`SweepResult.summary`).
     """
+    import pandas as pd
+
     if "client_bound" not in summary.columns:
         return
-    for level in summary.loc[summary["client_bound"].fillna(False).astype(bool), "level"]:
+    for _, row in summary[summary["client_bound"].fillna(False).astype(bool)].iterrows():
+        inflation, lag = row.get("inflation"), row.get("loop_lag_p99_s")
+        by = "" if pd.isna(inflation) else f" by up to {inflation:.0%}"
+        lag_text = "" if pd.isna(lag) else f", event-loop lag p99 {lag * 1e3:.3g} ms"
         print(
-            f"warning: at level {level:g} the client itself was busy (CPU or event-loop lag): "
-            "its latencies may be inflated",
+            f"warning: at level {row['level']:g} the client itself was busy (CPU or event-loop "
+            f"lag{lag_text}): its latencies (TTFT, ITL first) may be inflated{by}",
             file=sys.stderr,
         )
 
