@@ -289,6 +289,7 @@ class _BatchEngine:
         self.cfg = config
         self.loop = loop
         self.active: list[Sequence] = []
+        self.prefilling: list[Sequence] = []  # active ones whose prompt is not done
         self.waiting: deque[Sequence] = deque()
         self.busy = False  # a step is running and ends at t_next
         self.t_next = 0.0
@@ -304,6 +305,23 @@ class _BatchEngine:
             self.waiting.remove(seq)
         elif seq in self.active:
             self.active.remove(seq)
+            if seq.prefill_left:
+                self.prefilling.remove(seq)
+
+    def _prefill(self) -> int:
+        """Spend one step's prompt-token budget, shortest prompt first; return the tokens."""
+        # shortest first: one long prompt does not hold up the short ones behind it (vLLM's
+        # long_prefill_token_threshold and SGLang's chunked prefill serve the same end)
+        budget = self.cfg.prefill_chunk_tokens
+        self.prefilling.sort(key=_prefill_left)
+        for seq in self.prefilling:
+            chunk = min(seq.prefill_left, budget)
+            seq.prefill_left -= chunk
+            budget -= chunk
+            if not budget:
+                break
+        self.prefilling = [seq for seq in self.prefilling if seq.prefill_left]
+        return self.cfg.prefill_chunk_tokens - budget
 
     def _run(self) -> None:
         self.timer = None
@@ -327,22 +345,15 @@ class _BatchEngine:
             while self.waiting and len(self.active) < cfg.slots:
                 seq = self.waiting.popleft()
                 self.active.append(seq)
+                if seq.prefill_left and cfg.prefill_per_token_s:
+                    self.prefilling.append(seq)
+                else:  # a free prefill takes no step
+                    seq.prefill_left = 0
                 seq.start()
             if not self.active:
                 self.busy = False
                 return
-            budget = cfg.prefill_chunk_tokens
-            prefilling = [seq for seq in self.active if seq.prefill_left]
-            # shortest prompt first: one long prompt does not hold up the short ones behind it
-            # (vLLM's long_prefill_token_threshold, SGLang's chunked prefill serve the same end)
-            prefilling.sort(key=_prefill_left)
-            for seq in prefilling:
-                chunk = min(seq.prefill_left, budget)
-                seq.prefill_left -= chunk
-                budget -= chunk
-                if not budget:
-                    break
-            prefill = cfg.prefill_chunk_tokens - budget
+            prefill = self._prefill() if self.prefilling else 0
             duration = cfg.t0_s + cfg.t1_s * len(self.active) + cfg.prefill_per_token_s * prefill
             if duration == 0:  # zero-time steps: the whole batch completes at this instant
                 for seq in self.active:
@@ -351,6 +362,7 @@ class _BatchEngine:
                     seq.finished = True
                     seq.notify()
                 self.active = []
+                self.prefilling = []
                 continue
             self.busy = True
             t += duration

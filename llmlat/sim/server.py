@@ -69,11 +69,9 @@ class _Api:
     async def _serve(self, request: web.Request, row: TruthRow) -> web.StreamResponse:
         replica = self.replica
         cfg = replica.config
-        if (request.content_length or 0) > cfg.max_body_bytes:
-            return self._too_large(row)
-        try:
+        try:  # aiohttp stops reading past client_max_size (max_body_bytes)
             raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:  # chunked, or a wrong Content-Length
+        except web.HTTPRequestEntityTooLarge:
             return self._too_large(row)
         try:
             parsed = parse_request(self.api, raw, cfg.max_output_tokens, cfg.context_tokens)
