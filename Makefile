@@ -9,7 +9,7 @@ PY313 ?= $(shell for p in python3.13 $$HOME/.pyenv/versions/3.13*/bin/python3.13
 VENV := .venv
 PIP_FLAGS := --disable-pip-version-check --quiet
 
-.PHONY: demo test lint test-py313 bench clean
+.PHONY: demo test lint typecheck test-py313 bench clean
 
 $(VENV)/.stamp-base: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.11"; exit 1; }
@@ -27,21 +27,30 @@ demo: $(VENV)/.stamp-base
 	$(VENV)/bin/llmlat demo
 
 lint: $(VENV)/.stamp-test
-	$(VENV)/bin/ruff check llmlat tests benchmarks
-	$(VENV)/bin/ruff format --check llmlat tests benchmarks
+	$(VENV)/bin/ruff check llmlat tests benchmarks setup.py
+	$(VENV)/bin/ruff format --check llmlat tests benchmarks setup.py
 
-test: lint
+# the type checker's settings (and the modules it still excuses) are in pyproject.toml
+typecheck: $(VENV)/.stamp-test
+	$(VENV)/bin/mypy
+
+test: lint typecheck
 	$(VENV)/bin/python -m pytest
 	$(MAKE) --no-print-directory test-py313
 
+# installed again only when pyproject.toml changes, as the main venv
+.venv313/.stamp-test: pyproject.toml
+	@test -x .venv313/bin/python || $(PY313) -m venv .venv313
+	.venv313/bin/pip install $(PIP_FLAGS) -e '.[test]'
+	@touch $@
+
 test-py313:
 	@if [ -z "$(PY313)" ]; then echo "python3.13 not found: magic tests on 3.13 skipped"; exit 0; fi; \
-	set -e; test -x .venv313/bin/python || $(PY313) -m venv .venv313; \
-	.venv313/bin/pip install $(PIP_FLAGS) -e '.[test]'; \
+	set -e; $(MAKE) --no-print-directory .venv313/.stamp-test; \
 	.venv313/bin/python -m pytest -m "magics and not analysis" -p no:cacheprovider
 
 bench: $(VENV)/.stamp-test
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .venv313 build *.egg-info report
+	rm -rf $(VENV) .venv313 build dist *.egg-info report .mypy_cache

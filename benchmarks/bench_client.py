@@ -1,28 +1,25 @@
-"""What the measuring client costs and how far off it is, against the simulator on loopback.
+"""What the measuring client costs and how far off it is, against a canned streaming server.
 
-The simulator runs in a child process pinned to one core; this process (the llmlat client) is
-pinned to the other. Printed:
+The server is a minimal asyncio HTTP/1.1 server in a child process pinned with ``taskset`` to
+one core; this process (the client) is pinned to the other. Every answer is an OpenAI chat
+stream of 16 tokens (or 32 for accuracy), chunked, each token written as its own chunk (as real
+servers do), then the usage chunk and ``[DONE]``. The server keeps its own log: when each
+request arrived and when it wrote the first token.
 
-1. Throughput: zero service time, 16-token streams, 128 in flight, 3,000 requests, driven by
-   ``llmlat.asweep`` (the whole engine) and by a bare ``Client.send`` closed loop; requests/s
-   and client CPU milliseconds per request (best of three runs, and the median: other work on
-   a shared machine only ever slows a run down). The same again against a minimal asyncio server
-   that answers a canned 16-token stream, to separate the client's cost from the simulator's.
-   Baseline in the same run: a closed loop on aiohttp's ``ClientSession`` that reads each answer
-   and parses nothing (what llmlat's client cost before it got its own HTTP/1.1 transport).
-2. Accuracy: 32-token streams, about 20 ms to the first token and 2 ms between tokens, at 1, 16
-   and 128 in flight: p50 / p99 of (client TTFT - server TTFT) and (client end-to-end - server
-   end-to-end), joined per request on ``x-llmlat-request-id`` with the simulator's truth table
-   (its times are absolute ``perf_counter`` seconds, the same clock as the client's).
-3. Start-up: CPU seconds of a fresh ``python`` that runs a one-request sweep; peak memory.
-   Baselines: a fresh ``python`` that does nothing, and one that imports pandas (which the
-   result's tables need).
+Printed:
 
-The machine's load average is printed before and after: the accuracy figures mean little when
-other processes compete for the two cores.
+1. CPU: zero delays, 128 in flight; client CPU milliseconds per 16-token request for
+   ``Client.send`` (both transports) and the whole ``asweep``; baseline in the same run:
+   aiohttp's ``ClientSession`` reading each answer without parsing it.
+2. Accuracy: ~20 ms to the first token, 2 ms between tokens, at 16 and 128 in flight
+   (connections opened before the level, so connect excluded): p50 / p99 of client TTFT minus
+   the server's (its log, joined on ``x-llmlat-request-id``); the same for aiohttp reading the
+   raw stream and timing the first content event.
+3. Memory: peak RSS of a fresh client process running one level of 5,000 in flight.
 
-Targets (issue 3): >= 4,000 requests/s, <= 0.25 ms CPU per request, TTFT p99 error <= 5 ms at
-16 in flight and <= 20 ms at 128, start-up < 0.5 s CPU.
+Targets (issue 11): <= 0.06 ms CPU per 16-token request; TTFT p99 error <= 2 ms at 16 in
+flight and <= 5 ms at 128; <= 150 MB at 5,000 in flight. The machine's load average is printed
+before and after: figures mean little while other processes compete for the cores.
 
 Usage: ``python benchmarks/bench_client.py [--quick]``.
 """
@@ -37,32 +34,22 @@ import resource
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
-# the server's "20 ms to first token": an 18 ms hold before the request joins the batch (it
-# does not stall the other sequences, as prefill would), then 2 ms decode steps
-ACCURACY_SIM = {
-    "slots": 512,
-    "t0_s": 0.002,
-    "t1_s": 0.0,
-    "prefill_per_token_s": 0.0,
-    "output_tokens": 32,
-    "output_dist": "fixed",
-    "p_stall": 1.0,
-    "stall_s": 0.018,
-}
-THROUGHPUT_SIM = {"preset": "instant"}
 PROMPT = "Say something."
 PAYLOAD = {"messages": [{"role": "user", "content": PROMPT}]}
+CPU_SERVER = {"tokens": 16, "ttft_s": 0.0, "itl_s": 0.0}
+ACCURACY_SERVER = {"tokens": 32, "ttft_s": 0.020, "itl_s": 0.002}
+MEMORY_SERVER = {"tokens": 16, "ttft_s": 0.2, "itl_s": 0.01}
 
 
-def pin(core: int) -> None:
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {core})
+def raise_open_files() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -73,134 +60,153 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-# -- servers (child process) -------------------------------------------------------------------
-def _canned_response(tokens: int) -> bytes:
-    def event(obj: dict) -> bytes:
-        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+# -- the canned server (child process) ---------------------------------------------------------
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
-    head = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
-    parts = [event({**head, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})]
-    parts += [event({**head, "choices": [{"index": 0, "delta": {"content": "tok "}}]})] * tokens
-    parts.append(event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
-    usage = {"prompt_tokens": 4, "completion_tokens": tokens, "total_tokens": tokens + 4}
-    parts.append(event({**head, "choices": [], "usage": usage}))
-    body = b"".join(parts) + b"data: [DONE]\n\n"
-    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(body),
-        body,
-    )
+
+def _event(obj: dict) -> bytes:
+    return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
 class _Canned(asyncio.Protocol):
-    """Minimal keep-alive HTTP server: every request gets the same 16-token stream."""
+    """Keep-alive HTTP/1.1 server: a chunked token stream per request, one write per token."""
 
-    response = _canned_response(16)
+    spec: ClassVar[dict] = {}
+    log: ClassVar[list] = []
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    base: ClassVar[dict] = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+    }
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.buf = b""
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        while True:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
             head = self.buf[:end].lower()
             at = head.find(b"content-length:")
             size = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
             if len(self.buf) < end + 4 + size:
                 return
+            if head.startswith(b"get /log"):
+                body = json.dumps(_Canned.log).encode()
+                self.transport.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                self.buf = self.buf[end + 4 + size :]
+                continue
+            at = head.find(b"x-llmlat-request-id:")
+            rid = head[at + 20 :].split(b"\r\n", 1)[0].strip().decode() if at >= 0 else ""
             self.buf = self.buf[end + 4 + size :]
-            self.transport.write(self.response)
+            self.answer(rid, time.perf_counter())
+
+    def answer(self, rid: str, t_arrival: float) -> None:
+        spec, write = self.spec, self.transport.write
+        entry = [rid, t_arrival, None]
+        if rid:
+            _Canned.log.append(entry)
+        write(self.head + _event({**self.base, "choices": [{"delta": {"role": "assistant"}}]}))
+        tokens = [
+            _event({**self.base, "choices": [{"delta": {"content": f"tok{i} "}}]})
+            for i in range(spec["tokens"])
+        ]
+        usage = {"prompt_tokens": 4, "completion_tokens": spec["tokens"]}
+        tail = (
+            _event({**self.base, "choices": [{"delta": {}, "finish_reason": "stop"}]})
+            + _event({**self.base, "choices": [], "usage": usage})
+            + _chunk(b"data: [DONE]\n\n")
+            + b"0\r\n\r\n"
+        )
+
+        def send(i: int) -> None:
+            if self.transport.is_closing():
+                return
+            if i == 0:
+                entry[2] = time.perf_counter()
+            if i < len(tokens):
+                write(tokens[i])
+                if spec["itl_s"]:
+                    self.loop.call_later(spec["itl_s"], send, i + 1)
+                else:
+                    self.loop.call_soon(send, i + 1)  # its own write, on its own turn
+            else:
+                write(tail)
+
+        if spec["ttft_s"]:
+            self.loop.call_later(spec["ttft_s"], send, 0)
+        else:
+            send(0)
 
 
 async def serve(spec: dict) -> None:
-    if spec.get("canned"):
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(_Canned, "127.0.0.1", 0, backlog=1024)
-        print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
-        await server.serve_forever()
-    from llmlat.sim import Simulator
-
-    async with Simulator(**spec) as sim:
-        print(sim.url, flush=True)
-        await asyncio.Event().wait()
+    _Canned.spec = spec
+    server = await asyncio.get_running_loop().create_server(_Canned, "127.0.0.1", 0, backlog=8192)
+    print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+    await server.serve_forever()
 
 
 class Server:
-    """A server child process pinned to ``core``."""
+    """A canned server child process pinned with taskset to ``core``."""
 
     def __init__(self, spec: dict, core: int) -> None:
-        cmd = [sys.executable, __file__, "--serve", json.dumps(spec), "--core", str(core)]
+        cmd = ["taskset", "-c", str(core), sys.executable, __file__, "--serve", json.dumps(spec)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()
         if not self.url:
             raise RuntimeError("the server did not start")
 
-    def truth(self) -> pd.DataFrame:
-        with urllib.request.urlopen(self.url + "/llmlat/truth") as resp:
-            return pd.DataFrame(json.loads(resp.read()))
+    def log(self) -> pd.DataFrame:
+        import urllib.request
+
+        with urllib.request.urlopen(self.url + "/log") as resp:
+            rows = json.loads(resp.read())
+        return pd.DataFrame(rows, columns=["rid", "t_arrival", "t_first_token"]).set_index("rid")
 
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait()
 
 
-# -- measurements (this process) ---------------------------------------------------------------
-async def sweep_level(url: str, n: int, requests: int, run_id: str, warmup: int = 0):
-    import llmlat
-
-    return await llmlat.asweep(
-        PROMPT,
-        url=url,
-        model="bench",
-        concurrency=[n],
-        requests=requests,
-        warmup=warmup,
-        retries=0,
-        progress=False,
-        run_id=run_id,
-    )
-
-
-async def _closed_loop(
-    worker: Callable[[int], Awaitable[None]], n: int, requests: int
-) -> tuple[float, float]:
-    """Open the connections, then time ``n`` workers sending ``requests`` in all.
-
-    Returns (requests/s, CPU ms per request).
-    """
-    await asyncio.gather(*(worker(4) for _ in range(n)))
-    cpu, wall = time.process_time(), time.perf_counter()
+# -- clients (this process) --------------------------------------------------------------------
+async def _closed_loop(worker: Callable[[int], Awaitable[None]], n: int, requests: int) -> float:
+    """Warm ``n`` connections, then time ``n`` workers sending ``requests``: CPU ms/request."""
+    await asyncio.gather(*(worker(2) for _ in range(n)))
+    cpu = time.process_time()
     await asyncio.gather(*(worker(requests // n + (i < requests % n)) for i in range(n)))
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return requests / wall, cpu / requests * 1e3
+    return (time.process_time() - cpu) / requests * 1e3
 
 
-async def bare_loop(url: str, n: int, requests: int) -> tuple[float, float]:
-    """Closed loop of ``n`` workers on Client.send alone: (requests/s, CPU ms per request)."""
+async def llmlat_loop(url: str, n: int, requests: int, transport: str = "http11") -> float:
     from llmlat.client import Client, RetryPolicy, Target
     from llmlat.schema import Record
 
     t0 = time.perf_counter_ns()
     target = Target(url, model="bench")
-    async with Client(target, RetryPolicy(retries=0), run_id="bare", t0_ns=t0) as client:
-        counter = iter(range(10**9))
+    retry = RetryPolicy(retries=0)
+    async with Client(target, retry, run_id="b", t0_ns=t0, transport=transport) as client:
+        ids = iter(range(10**9))
 
         async def worker(count: int) -> None:
             for _ in range(count):
-                record = Record("bare", n, "concurrency", next(counter))
-                record.t_scheduled = (time.perf_counter_ns() - t0) / 1e9
+                record = Record("b", n, "concurrency", next(ids), t_scheduled=0.0)
                 await client.send(record, PAYLOAD)
-                assert record.ok, record.error
+                assert record.ok and record.chunks == 16, record.error
 
         return await _closed_loop(worker, n, requests)
 
 
-async def aiohttp_loop(url: str, n: int, requests: int) -> tuple[float, float]:
-    """Baseline: closed loop on aiohttp's ClientSession, answers read and not parsed."""
+async def aiohttp_loop(url: str, n: int, requests: int) -> float:
+    """Baseline: aiohttp's ClientSession reading each answer, parsing nothing."""
     import aiohttp
 
     from llmlat.apis import get_endpoint
@@ -222,135 +228,178 @@ async def aiohttp_loop(url: str, n: int, requests: int) -> tuple[float, float]:
         return await _closed_loop(worker, n, requests)
 
 
-async def throughput(url: str, requests: int, repeat: int) -> dict[str, list[tuple[float, float]]]:
-    """(requests/s, CPU ms per request) of each way of driving the client, ``repeat`` times."""
-    out: dict[str, list[tuple[float, float]]] = {}
-    await sweep_level(url, 128, 512, "warm")  # connections, code paths, allocator
-    for i in range(repeat):
-        cpu, wall = time.process_time(), time.perf_counter()
-        result = await sweep_level(url, 128, requests, f"tput{i}")
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        assert result.requests["ok"].all(), result.requests["error"].dropna().head()
-        level = result.levels.iloc[0]
-        span = level["t_end"] - level["t_start"]
-        figures = {
-            "asweep, level only": (requests / span, level["cpu_s"] / requests * 1e3),
-            "asweep, whole call": (requests / wall, cpu / requests * 1e3),
-            "Client.send loop": await bare_loop(url, 128, requests),
-            "aiohttp, no parsing": await aiohttp_loop(url, 128, requests),
-        }
-        for how, pair in figures.items():
-            out.setdefault(how, []).append(pair)
-    return out
+async def asweep_cpu(url: str, n: int, requests: int) -> float:
+    import llmlat
+
+    result = await llmlat.asweep(
+        PROMPT, url=url, model="bench", concurrency=[n], requests=requests, retries=0,
+        progress=False,
+    )  # fmt: skip
+    assert result.requests["ok"].all()
+    return float(result.levels["cpu_s"].iloc[0]) / requests * 1e3
 
 
-async def accuracy(server: Server, levels: dict[int, int], tag: str = "") -> pd.DataFrame:
+async def aiohttp_ttft(url: str, n: int, requests: int, run_id: str) -> pd.DataFrame:
+    """aiohttp reading the raw stream: perf_counter of the first content event per request."""
+    import aiohttp
+
+    from llmlat.apis import get_endpoint
+
+    endpoint = get_endpoint("openai-chat")
+    target = endpoint.url(url)
+    body = json.dumps(endpoint.body(PAYLOAD, model="bench")).encode()
     rows = []
+    ids = iter(range(10**9))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def worker(count: int) -> None:
+            for _ in range(count):
+                rid = f"{run_id}/{next(ids)}/1"
+                headers = {"Content-Type": "application/json", "x-llmlat-request-id": rid}
+                t_sent = time.perf_counter()
+                first = None
+                async with session.post(target, data=body, headers=headers) as resp:
+                    async for line in resp.content:
+                        if first is None and b'"content"' in line:
+                            first = time.perf_counter()
+                rows.append((rid, t_sent, first))
+
+        await asyncio.gather(*(worker(1) for _ in range(n)))  # open the connections
+        rows.clear()
+        await asyncio.gather(*(worker(requests // n) for _ in range(n)))
+    return pd.DataFrame(rows, columns=["rid", "t_sent", "t_first_token"]).set_index("rid")
+
+
+async def accuracy(server: Server, levels: dict[int, int]) -> pd.DataFrame:
+    import llmlat
+
+    out = []
     for n, requests in levels.items():
-        result = await sweep_level(server.url, n, requests, f"acc{tag}{n}", warmup=n)
-        t0 = result.meta["t0_perf_s"]
+        result = await llmlat.asweep(
+            PROMPT, url=server.url, model="bench", concurrency=[n], requests=requests,
+            warmup=n, retries=0, progress=False, run_id=f"acc{n}",
+        )  # fmt: skip
         req = result.requests[(result.requests["phase"] == "measure") & result.requests["ok"]]
-        truth = server.truth().set_index("client_request_id")
+        assert req["connect_s"].isna().all(), "connect not excluded"
+        t0 = result.meta["t0_perf_s"]
+        log = server.log()
         keys = req["run_id"] + "/" + req["request_id"].astype(str) + "/1"
-        tr = truth.loc[keys.to_numpy()]
-        server_ttft = tr["t_first_token"].to_numpy() - tr["t_arrival"].to_numpy()
-        server_e2e = tr["t_end"].to_numpy() - tr["t_arrival"].to_numpy()
-        ttft_err = (req["ttft_s"].to_numpy() - server_ttft) * 1e3
-        e2e_err = (req["latency_s"].to_numpy() - server_e2e) * 1e3
-        send_lag = (tr["t_arrival"].to_numpy() - (t0 + req["t_sent"].to_numpy())) * 1e3
-        # from the server writing the first token to the client having parsed it
-        recv_lag = (t0 + req["t_first_token"].to_numpy() - tr["t_first_token"].to_numpy()) * 1e3
-        rows.append(
-            {
-                "in_flight": n,
-                "n": len(req),
-                "server_ttft_p50_ms": np.median(server_ttft) * 1e3,
-                "ttft_err_p50_ms": np.percentile(ttft_err, 50),
-                "ttft_err_p99_ms": np.percentile(ttft_err, 99),
-                "e2e_err_p50_ms": np.percentile(e2e_err, 50),
-                "e2e_err_p99_ms": np.percentile(e2e_err, 99),
-                "send_lag_p99_ms": np.percentile(send_lag, 99),
-                "first_token_lag_p99_ms": np.percentile(recv_lag, 99),
-                "client_cpu_util": result.levels.iloc[0]["cpu_util"],
-            }
-        )
-    return pd.DataFrame(rows)
+        srv = log.loc[keys.to_numpy()]
+        server_ttft = (srv["t_first_token"] - srv["t_arrival"]).to_numpy()
+        errs = {
+            "llmlat ttft_s": (req["ttft_s"].to_numpy() - server_ttft) * 1e3,
+            "llmlat from t_sent": ((req["t_first_token"] - req["t_sent"]).to_numpy() - server_ttft)
+            * 1e3,
+        }
+        base = await aiohttp_ttft(server.url, n, requests, f"aio{n}")
+        srv = server.log().loc[base.index]
+        errs["aiohttp (raw stream)"] = (
+            (base["t_first_token"] - base["t_sent"]) - (srv["t_first_token"] - srv["t_arrival"])
+        ).to_numpy() * 1e3
+        del t0
+        for how, err in errs.items():
+            out.append(
+                {
+                    "in_flight": n,
+                    "client": how,
+                    "n": len(err),
+                    "server_ttft_p50_ms": np.median(server_ttft) * 1e3,
+                    "err_p50_ms": np.percentile(err, 50),
+                    "err_p99_ms": np.percentile(err, 99),
+                }
+            )
+    return pd.DataFrame(out)
 
 
-def startup_cpu(url: str, repeat: int) -> dict[str, float]:
-    """CPU seconds of fresh interpreters (the least of ``repeat`` runs each)."""
-    codes = {
-        "python doing nothing": "pass",
-        "python + import pandas": "import pandas",
-        "python + import llmlat.client": "import llmlat.client",
-        "python + one-request llmlat.sweep": (
-            f"import llmlat; r = llmlat.sweep('hi', url={url!r}, model='bench', "
-            "concurrency=[1], requests=1, progress=False); assert r.requests['ok'].all()"
-        ),
-    }
-    out = {}
-    for label, code in codes.items():
-        runs = []
-        for _ in range(repeat):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            runs.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-        out[label] = min(runs)
-    return out
+MEMORY_CODE = """
+import asyncio, resource, sys
+import llmlat
+
+def peak_mb():  # VmHWM: this process image's own peak (ru_maxrss keeps the forking parent's)
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
+
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+import llmlat.engine  # numpy, pandas, ...: what any sweep has loaded
+before = peak_mb()
+result = llmlat.sweep("Say something.", url=sys.argv[1], model="bench", concurrency=[5000],
+                      requests=5000, retries=0, progress=False, timeout_s=120)
+ok = int(result.requests["ok"].sum())
+print(before, peak_mb(), ok, result.requests["error"].dropna().head(3).tolist())
+"""
+
+
+def memory(url: str, core: int) -> tuple[float, float, int, str]:
+    cmd = ["taskset", "-c", str(core), sys.executable, "-c", MEMORY_CODE, url]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split(" ", 3)
+    return float(out[0]), float(out[1]), int(out[2]), out[3].strip()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer requests")
+    parser.add_argument("--quick", action="store_true", help="fewer requests and repetitions")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
-    parser.add_argument("--core", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    raise_open_files()
     if args.serve:
-        pin(args.core)
         new_loop().run_until_complete(serve(json.loads(args.serve)))
         return
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    cores = sorted(os.sched_getaffinity(0))
     server_core, client_core = cores[0], cores[-1]
     if server_core == client_core:
         print("warning: one core only: server and client share it", flush=True)
-    pin(client_core)
-    requests = 1000 if args.quick else 3000
+    os.sched_setaffinity(0, {client_core})
+    requests = 2000 if args.quick else 6000
     repeat = 1 if args.quick else 3
-    levels = {1: 60, 16: 320, 128: 1280} if args.quick else {1: 150, 16: 800, 128: 2560}
+    levels = {16: 320, 128: 1280} if args.quick else {16: 800, 128: 2560}
     loop = new_loop()
-    print(f"client on core {client_core}, server on core {server_core}, {loop.__class__.__name__}")
+    print(f"client on core {client_core}, server on core {server_core} (taskset), uvloop")
     print("machine load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
-    print(f"\n1. throughput: zero service time, 16-token streams, 128 in flight, {requests} req")
-    print(f"   best of {repeat} runs (median in brackets)")
-    for label, spec in (("simulator", THROUGHPUT_SIM), ("canned server", {"canned": True})):
-        server = Server(spec, server_core)
-        try:
-            figures = loop.run_until_complete(throughput(server.url, requests, repeat))
-        finally:
-            server.close()
-        for how, runs in figures.items():
-            rates, cpus = np.array(runs).T
-            print(
-                f"   {label:14s} {how:20s} {rates.max():6,.0f} ({np.median(rates):6,.0f}) req/s"
-                f"   {cpus.min():.3f} ({np.median(cpus):.3f}) ms CPU/request"
-            )
-
-    print("\n2. accuracy: 32-token streams, ~20 ms to first token, 2 ms between tokens")
-    server = Server(ACCURACY_SIM, server_core)
+    print(f"\n1. client CPU per 16-token request, 128 in flight, {requests} requests")
+    print(f"   least of {repeat} runs (median in brackets): other work only ever adds")
+    server = Server(CPU_SERVER, server_core)
+    runs: dict[str, list[float]] = {}
     try:
-        table = loop.run_until_complete(accuracy(server, levels))
-        with pd.option_context("display.width", 200, "display.precision", 2):
-            print(table.to_string(index=False))
-        print(f"\n3. start-up (least of {repeat} runs) and memory")
-        startup = startup_cpu(server.url, repeat)
+        for _ in range(repeat):
+            for how, make in (
+                ("llmlat Client.send (http11)", lambda: llmlat_loop(server.url, 128, requests)),
+                ("llmlat asweep, level CPU", lambda: asweep_cpu(server.url, 128, requests)),
+                (
+                    "llmlat Client.send (aiohttp)",
+                    lambda: llmlat_loop(server.url, 128, requests, "aiohttp"),
+                ),
+                ("aiohttp, no parsing (baseline)", lambda: aiohttp_loop(server.url, 128, requests)),
+            ):
+                runs.setdefault(how, []).append(loop.run_until_complete(make()))
     finally:
         server.close()
-    for label, seconds in startup.items():
-        print(f"   fresh {label:34s} {seconds:.2f} s CPU")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"   peak memory of this client process: {peak:.0f} MiB")
+    base = min(runs["aiohttp, no parsing (baseline)"])
+    for how, cpus in runs.items():
+        print(
+            f"   {how:32s} {min(cpus):.4f} ({np.median(cpus):.4f}) ms"
+            f"   {min(cpus) / base:.2f}x the baseline"
+        )
+
+    print("\n2. TTFT error against the server's log (~20 ms TTFT, 2 ms ITL, connect excluded)")
+    server = Server(ACCURACY_SERVER, server_core)
+    try:
+        table = loop.run_until_complete(accuracy(server, levels))
+    finally:
+        server.close()
+    with pd.option_context("display.width", 200, "display.precision", 2):
+        print(table.to_string(index=False))
+
+    print("\n3. memory: a fresh client process, one level of 5,000 in flight")
+    server = Server(MEMORY_SERVER, server_core)
+    try:
+        before, peak, ok, errors = memory(server.url, client_core)
+    finally:
+        server.close()
+    print(
+        f"   after imports {before:.0f} MB, peak {peak:.0f} MB; {ok} of 5000 requests ok {errors}"
+    )
     print("machine load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 

@@ -1,7 +1,16 @@
 """llmlat: measure how concurrency changes LLM API latency, fit queueing models, plan capacity.
 
-The public API is listed in ``__all__``. Heavy pieces (statsmodels, seaborn, the simulator)
-load on first use, so ``import llmlat`` stays cheap and never imports IPython or patches asyncio.
+The public API is what ``__all__`` lists; everything else is an implementation detail that may
+change. Measure with :func:`sweep` (or :func:`asweep` under a running event loop, or a
+:class:`Sweeper` set up once and run later); every option of a sweep is a field of
+:class:`SweepConfig` (its views: the :class:`Target` and the :class:`RetryPolicy`). Get a
+:class:`SweepResult` back (:func:`read` opens a saved one); fit queueing models with :func:`fit`
+and :func:`compare` (a :class:`FitResult`); test against the built-in :class:`Simulator` (a
+:class:`SimConfig`). :mod:`llmlat.datasets`, :mod:`llmlat.plot`, :mod:`llmlat.queueing` and
+:mod:`llmlat.schema` (the columns of :class:`Record` and :class:`Attempt`) are public modules.
+
+Heavy pieces (statsmodels, seaborn, the simulator) load on first use, so ``import llmlat`` stays
+cheap and never imports IPython or patches asyncio.
 """
 
 from __future__ import annotations
@@ -11,10 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from llmlat._version import __version__
 
-# public name -> module that defines it
+# public name -> module that defines it (imported on first use)
 _LAZY = {
     "sweep": "llmlat.engine",
     "asweep": "llmlat.engine",
+    "Sweeper": "llmlat.engine",
+    "SweepConfig": "llmlat.config",
+    "Target": "llmlat.config",
+    "RetryPolicy": "llmlat.config",
     "SweepResult": "llmlat.results",
     "read": "llmlat.results",
     "fit": "llmlat.fitting",
@@ -25,33 +38,37 @@ _LAZY = {
     "Record": "llmlat.schema",
     "Attempt": "llmlat.schema",
 }
-_SUBMODULES = ("queueing", "plot", "sim", "schema", "datasets")
+# public modules, reachable as attributes without importing them first (``sim`` too, for the
+# names it has always offered, though its two public classes are exported here)
+_SUBMODULES = ("datasets", "plot", "queueing", "schema", "sim")
 
 __all__ = [
     "Attempt",
     "FitResult",
     "Record",
+    "RetryPolicy",
     "SimConfig",
     "Simulator",
+    "SweepConfig",
     "SweepResult",
+    "Sweeper",
+    "Target",
     "__version__",
     "asweep",
     "compare",
     "datasets",
     "fit",
-    "load_ipython_extension",
     "plot",
     "queueing",
     "read",
     "schema",
-    "sim",
     "sweep",
-    "unload_ipython_extension",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from llmlat import datasets, plot, queueing, schema, sim
-    from llmlat.engine import asweep, sweep
+    from llmlat import datasets, plot, queueing, schema
+    from llmlat.config import RetryPolicy, SweepConfig, Target
+    from llmlat.engine import Sweeper, asweep, sweep
     from llmlat.fitting import FitResult, compare, fit
     from llmlat.results import SweepResult, read
     from llmlat.schema import Attempt, Record
@@ -70,7 +87,9 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    # what tab completion offers: the public API, not this module's own imports
+    dunders = {name for name in globals() if name.startswith("__")}
+    return sorted({*__all__, *dunders, "load_ipython_extension", "unload_ipython_extension"})
 
 
 def load_ipython_extension(ipython: Any) -> None:

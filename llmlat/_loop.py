@@ -167,7 +167,7 @@ def _canceller(box: dict[str, Any]) -> Callable[[], None]:
 
     def cancel() -> None:
         task, loop = box.get("task"), box.get("loop")
-        if task is None or task.done():
+        if task is None or loop is None or task.done():
             return
         # the loop may close between the check and the call: then there is nothing to cancel
         with contextlib.suppress(RuntimeError):

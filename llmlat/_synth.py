@@ -133,7 +133,7 @@ def mmc_closed_requests(
         ready = [(rng.exponential(think_s) if think_s > 0 else 0.0, w) for w in range(big_n)]
         heapq.heapify(ready)
         free = [0.0] * c
-        rows = []
+        rows: list[tuple[float, float, float, int]] = []
         while len(rows) < m:  # a row's end is known when it is sent: nothing is censored
             t, w = heapq.heappop(ready)
             f = heapq.heappop(free)
@@ -144,8 +144,7 @@ def mmc_closed_requests(
             nxt = e + (rng.exponential(think_s) if think_s > 0 else 0.0)
             heapq.heappush(ready, (nxt, w))
         rows.sort()
-        t, s, e, w = (list(x) for x in zip(*rows[warmup:m], strict=True))
-        out.append(_frame(big_n, "concurrency", t, s, e, w))
+        out.append(_frame(big_n, "concurrency", *zip(*rows[warmup:m], strict=True)))
     return pd.concat(out, ignore_index=True)
 
 
@@ -204,11 +203,13 @@ def batch_closed_requests(
         m = n + warmup
         waiting = [(0.0, w) for w in range(big_n)]  # (sent, worker), FIFO
         running: list[list] = []  # [sent, worker, tokens left, tokens total]
-        now, rows = 0.0, []
+        now = 0.0
+        rows: list[tuple[float, float, int, int]] = []  # (sent, end, worker, tokens)
         while not _complete(rows, running, waiting, m):
             while waiting and len(running) < slots:
                 sent, w = waiting.pop(0)
-                total = int(rng.integers(tokens * (1 - spread), tokens * (1 + spread) + 1))
+                low, high = int(tokens * (1 - spread)), int(tokens * (1 + spread)) + 1
+                total = int(rng.integers(low, high))
                 running.append([sent, w, total, total])
             now += t0_s + t1_s * len(running)
             for r in running:
@@ -218,8 +219,8 @@ def batch_closed_requests(
                 rows.append((r[0], now, r[1], r[3]))
                 waiting.append((now, r[1]))
         rows.sort()
-        sent, end, w, tok = (list(x) for x in zip(*rows[warmup:m], strict=True))
-        frame = _frame(big_n, "concurrency", sent, sent, end, w)
-        frame["completion_tokens"] = pd.array(tok, dtype="Int64")
+        sends, ends, workers, lengths = zip(*rows[warmup:m], strict=True)
+        frame = _frame(big_n, "concurrency", sends, sends, ends, workers)
+        frame["completion_tokens"] = pd.array(lengths, dtype="Int64")
         out.append(frame)
     return pd.concat(out, ignore_index=True)

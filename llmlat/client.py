@@ -7,63 +7,62 @@ with full jitter, ``Retry-After`` honoured). It never raises for an HTTP, protoc
 connection error: those are data.
 
 The API key is read from the environment variable the target names when the client starts and
-lives only in the request headers: not in a Target, a Record, an error text or a repr.
+lives only in the request headers: not in a Target, a Record, an error text or a repr (every
+error text goes through :func:`llmlat.redact.one_line`, which masks the key, the values of
+credential headers, re-cased or in fragments).
+
+What each time includes: ``t_sent`` is taken once the attempt's connection is open, so
+``connect_s`` (TCP and TLS connect, NaN on a reused connection) is apart from ``service_s``
+(first send to end); ``ttft_s`` and ``latency_s`` count from ``t_scheduled`` and so include any
+connect, schedule lag and retry waits. A reused keep-alive connection that the server had closed
+is retried at once on a new one, whatever the retry policy (it shows as an attempt with
+``error_kind="connection"``); that happens once per request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import itertools
 import json
 import math
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from llmlat._version import __version__
-from llmlat.apis import (
-    API_NAMES,
-    BodyResult,
-    StreamParser,
-    clean_error,
-    get_endpoint,
-    make_payload,
-)
+from llmlat.apis import API_NAMES, BodyResult, StreamParser, get_endpoint, make_payload
+from llmlat.redact import credential_header, forget, one_line, redact_url, remember
 from llmlat.schema import Attempt, Record
-from llmlat.transport import BadResponse, ConnectionFailed, Pool, Response
+from llmlat.transport import (
+    CONNECT_FAILED,
+    TRANSPORTS,
+    BadResponse,
+    ConnectionFailed,
+    Response,
+    make_transport,
+    validate_headers,
+)
 
-__all__ = ["RETRYABLE", "Client", "RetryPolicy", "Target", "classify_status", "redact_url"]
+__all__ = [
+    "RETRYABLE",
+    "Client",
+    "FailFast",
+    "RetryPolicy",
+    "Target",
+    "classify_status",
+    "list_models",
+]
 
 #: Error kinds worth another attempt.
 RETRYABLE = frozenset({"rate_limited", "server_error", "connection"})
 
 _NAN = float("nan")
-
-
-def redact_url(url: str) -> str:
-    """``url`` without credentials: user info and query values are replaced by ``***``.
-
-    Parameters
-    ----------
-    url : str
-        Any URL.
-
-    Returns
-    -------
-    str
-    """
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = (
-        "&".join(q.split("=", 1)[0] + "=***" for q in parts.query.split("&")) if parts.query else ""
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 @dataclass(frozen=True)
@@ -122,8 +121,7 @@ class Target:
                 isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
             ):
                 raise ValueError("headers: expected a dict of str to str")
-            if any("\n" in k + v or "\r" in k + v for k, v in self.headers.items()):
-                raise ValueError("headers: names and values must not contain line breaks")
+            validate_headers(self.headers)
             object.__setattr__(self, "headers", dict(self.headers))
         if (
             not isinstance(self.timeout_s, int | float)
@@ -151,13 +149,21 @@ class Target:
         Raises
         ------
         ValueError
-            If the named variable is not set or empty (the message names the variable only).
+            If the named variable is not set or empty, or its value would not make a valid
+            header (a line break, say); the message names the variable only.
         """
         if self.api_key_env is None:
             return None
         key = os.environ.get(self.api_key_env)
         if not key:
             raise ValueError(f"api_key_env: environment variable {self.api_key_env} is not set")
+        try:
+            validate_headers({"key": key})
+        except ValueError:
+            raise ValueError(
+                f"api_key_env: the value of {self.api_key_env} contains a line break, control "
+                "or non-Latin-1 character"
+            ) from None
         return key
 
     def __repr__(self) -> str:
@@ -316,6 +322,15 @@ class Client:
         ``perf_counter_ns()`` at the run's t=0: every time recorded is seconds since it.
     seed : int
         Seeds the backoff jitter (per request, so the order requests finish in doesn't matter).
+    transport : str
+        ``"http11"`` (the default: llmlat's own HTTP/1.1 pool) or ``"aiohttp"`` (aiohttp's
+        client with ``trust_env=True``: honours ``HTTP(S)_PROXY`` and ``NO_PROXY``).
+
+    Warns
+    -----
+    UserWarning
+        On start, before any connection, when credentials would go over plain ``http`` to a
+        host that is not this machine.
     """
 
     def __init__(
@@ -326,32 +341,31 @@ class Client:
         run_id: str,
         t0_ns: int,
         seed: int = 0,
+        transport: str = "http11",
     ) -> None:
         if not isinstance(target, Target):
             raise ValueError("target: expected a llmlat.client.Target")
+        if transport not in TRANSPORTS:
+            raise ValueError(
+                f"transport: expected one of {', '.join(TRANSPORTS)}, got {transport!r}"
+            )
         self.target = target
         self.retry = RetryPolicy() if retry is None else retry
         self.run_id = run_id
         self.t0_ns = t0_ns
         self.seed = seed
+        self.transport = transport
         self._endpoint = get_endpoint(target.api)
         self._url = self._endpoint.url(target.url)
-        self._pool: Pool | None = None
-        self._head = b""  # request line and the headers every request shares
-        self._secret: str | None = None
+        self._pool: Any = None
+        self._secrets: list[str] = []
         self._last: tuple[Any, bytes] = (None, b"")
 
     async def __aenter__(self) -> Client:
         """Read the API key and make the connection pool (connections open as needed)."""
-        self._secret = self.target.api_key()
-        headers = {"User-Agent": f"llmlat/{__version__}", "Accept": "*/*"}
-        headers.update(self._endpoint.headers(self._secret))
-        headers["Accept-Encoding"] = "identity"  # the stream is parsed as it arrives, raw
-        if self.target.headers:
-            headers.update(self.target.headers)
-        pool = Pool(self._url)
-        self._head = pool.head("POST", self._url, headers)
-        self._pool = pool
+        headers = _request_headers(self.target)
+        self._pool = make_transport(self.transport, self._url, headers)
+        self._secrets = remember(headers=headers)  # masked in every text while this is open
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -363,6 +377,24 @@ class Client:
         if self._pool is not None:
             await self._pool.aclose()
             self._pool = None
+            forget(self._secrets)
+
+    async def preconnect(self, n: int) -> int:
+        """Open connections until ``n`` are idle, so the requests that follow find them warm.
+
+        Parameters
+        ----------
+        n : int
+            How many connections the next requests will use at once.
+
+        Returns
+        -------
+        int
+            How many were opened (0 with the aiohttp transport, which opens them per request).
+        """
+        if self._pool is None:
+            raise RuntimeError("Client.preconnect: use 'async with Client(...)' first")
+        return await self._pool.preconnect(n)
 
     def __repr__(self) -> str:
         return f"Client({self.target!r}, {self.retry!r}, run_id={self.run_id!r})"
@@ -421,6 +453,7 @@ class Client:
         wait = 0.0
         result: StreamParser | BodyResult | None = None
         rng: random.Random | None = None
+        stale_retried = False
         slept_from = 0  # perf_counter_ns when the current backoff sleep began, 0 when awake
         try:
             while True:
@@ -435,10 +468,16 @@ class Client:
                 if attempts is not None:
                     attempts.append(att)
                 result = self._endpoint.stream_parser() if target.stream else None
-                result = await self._attempt(att, body, rid + str(att.attempt), result)
+                result, verdict = await self._attempt(
+                    att, body, rid + str(att.attempt), result, fresh=stale_retried
+                )
                 if att.retry_after_s == att.retry_after_s:
                     hint = att.retry_after_s
-                if att.error_kind not in RETRYABLE or att.attempt > retries:
+                if verdict == "stale" and not stale_retried:
+                    stale_retried = True  # the server closed an idle connection: not its failure
+                    wait = 0.0
+                    continue
+                if verdict != "retry" or att.attempt - stale_retried > retries:
                     break
                 if rng is None:
                     rng = random.Random(f"{self.seed}/{record.request_id}")
@@ -466,24 +505,27 @@ class Client:
         return mine
 
     async def _attempt(
-        self, att: Attempt, body: bytes, rid: str, parser: StreamParser | None
-    ) -> StreamParser | BodyResult | None:
-        """One HTTP attempt: fills ``att``; returns what the answer said (parser or body)."""
-        assert self._pool is not None
+        self, att: Attempt, body: bytes, rid: str, parser: StreamParser | None, *, fresh: bool
+    ) -> tuple[StreamParser | BodyResult | None, str]:
+        """One HTTP attempt: fills ``att``; returns what the answer said and what to do next.
+
+        The verdict is ``"done"``, ``"retry"`` (worth another attempt by the policy) or
+        ``"stale"`` (a reused connection the server had closed: try once more at once).
+        """
         t0 = self.t0_ns
-        data = b"%sx-llmlat-request-id: %s\r\nContent-Length: %d\r\n\r\n%s" % (
-            self._head,
-            rid.encode(),
-            len(body),
-            body,
-        )
         resp = Response(parser.feed if parser is not None else None)
         out: StreamParser | BodyResult | None = parser
-        t = time.perf_counter_ns()
-        att.t_sent = (t - t0) / 1e9
+        verdict = "done"
+        error = None
+        att.t_sent = (time.perf_counter_ns() - t0) / 1e9  # until it is sent (a cancel, say)
         try:
-            async with asyncio.timeout(self.target.timeout_s):
-                await self._pool.send(data, resp)
+            await self._pool.send(
+                body,
+                resp,
+                {"x-llmlat-request-id": rid},
+                fresh=fresh,
+                timeout_s=self.target.timeout_s,
+            )
             t = resp.t_end_ns
         except TimeoutError:
             t = time.perf_counter_ns()
@@ -491,40 +533,50 @@ class Client:
             att.error = f"no complete answer within timeout_s={self.target.timeout_s:g}"
         except ConnectionFailed as exc:
             t = resp.t_end_ns or time.perf_counter_ns()
-            att.error_kind, att.error = "connection", clean_error(str(exc), self._secret)
+            att.error_kind, error = exc.kind, str(exc)
+            if exc.stale:
+                verdict = "stale"
+                error = "the server had closed this idle keep-alive connection; sent again"
+            elif exc.retryable and exc.kind in RETRYABLE:
+                verdict = "retry"
         except BadResponse as exc:
             t = resp.t_end_ns or time.perf_counter_ns()
-            att.error_kind, att.error = "protocol", clean_error(str(exc), self._secret)
+            att.error_kind, error = "protocol", str(exc)
         else:
             status = resp.status
             kind = classify_status(status)
             if kind is not None:
                 att.retry_after_s = _retry_after(resp.headers)
                 raw = bytes(resp.body)
-                msg = f"HTTP {status}: {_error_message(raw)}" if raw else f"HTTP {status}"
-                att.error_kind, att.error = kind, clean_error(msg, self._secret)
+                error = f"HTTP {status}: {_error_message(raw)}" if raw else f"HTTP {status}"
+                att.error_kind = kind
             elif parser is not None:
                 parser.close(t)
                 if parser.error is not None:
-                    att.error_kind = parser.error_kind
-                    att.error = clean_error(parser.error, self._secret)
+                    att.error_kind, error = parser.error_kind, parser.error
                 elif not parser.done:
                     att.error_kind = "protocol"
-                    att.error = (
+                    error = (
                         "stream ended before the answer was complete"
                         if parser.times or resp.content_type == "text/event-stream"
-                        else f"expected an event stream, got {resp.content_type}"[:120]
+                        else f"expected an event stream, got {resp.content_type or 'no type'}"
                     )
             else:
                 out = self._endpoint.parse_body(bytes(resp.body))
                 if out.error is not None:
-                    att.error_kind = out.error_kind
-                    att.error = clean_error(out.error, self._secret)
+                    att.error_kind, error = out.error_kind, out.error
+            if att.error_kind in RETRYABLE:
+                verdict = "retry"
+        if error is not None:
+            att.error = one_line(error)  # what the server said may hold anything: the key too
+        if resp.connect_ns >= 0:
+            att.connect_s = resp.connect_ns / 1e9
+        att.t_sent = ((resp.t_sent_ns or t) - t0) / 1e9
         if resp.status:
             att.status = resp.status
             att.t_first_byte = (resp.t_head_ns - t0) / 1e9
         att.t_end = (t - t0) / 1e9
-        return out
+        return out, verdict
 
     def _finish(
         self,
@@ -537,6 +589,7 @@ class Client:
         first, last = mine[0], mine[-1]
         record.attempts = len(mine)
         record.t_sent = first.t_sent
+        record.connect_s = first.connect_s
         record.t_first_byte = last.t_first_byte
         record.t_end = last.t_end
         record.status = last.status
@@ -545,7 +598,8 @@ class Client:
         record.retry_after_s = hint
         record.latency_s = record.t_end - record.t_scheduled
         record.service_s = record.t_end - record.t_sent
-        record.lag_s = record.t_sent - record.t_scheduled
+        connect = first.connect_s if first.connect_s == first.connect_s else 0.0
+        record.lag_s = record.t_sent - connect - record.t_scheduled
         if result is None:
             return
         record.prompt_tokens = result.prompt_tokens
@@ -553,6 +607,129 @@ class Client:
         record.cached_tokens = result.cached_tokens
         if isinstance(result, StreamParser) and result.times:
             _chunk_stats(record, result.times, self.t0_ns)
+
+
+def _request_headers(target: Target) -> dict[str, str]:
+    """Build the headers of every request to ``target``.
+
+    Warns before credentials would go over plain http to another machine.
+    """
+    key = target.api_key()
+    headers = {"User-Agent": f"llmlat/{__version__}", "Accept": "*/*"}
+    headers.update(get_endpoint(target.api).headers(key))
+    headers["Accept-Encoding"] = "identity"  # the stream is parsed as it arrives, raw
+    if target.headers:
+        headers.update(target.headers)
+    credentials = key is not None or any(credential_header(k) for k in target.headers or {})
+    parts = urlsplit(target.url)
+    if credentials and parts.scheme == "http" and not _loopback(parts.hostname or ""):
+        warnings.warn(
+            f"sending credentials over plain http to {parts.hostname}: anyone on the way can "
+            "read them; use https",
+            stacklevel=3,
+        )
+    return headers
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def list_models(target: Target, *, transport: str = "http11") -> list[str]:
+    """List the models the target's API offers (``GET /v1/models``), in its order.
+
+    Parameters
+    ----------
+    target : Target
+        The server (its key and headers are sent).
+    transport : str
+        As for :class:`Client`.
+
+    Returns
+    -------
+    list of str
+        Model ids.
+
+    Raises
+    ------
+    ValueError
+        A one-line reason when the server lists none (no such path, an error, no answer).
+    """
+    endpoint = get_endpoint(target.api)
+    url = endpoint.url(target.url, "/v1/models")
+    headers = _request_headers(target)
+    pool = make_transport(transport, url, headers, method="GET")
+    secrets = remember(headers=headers)
+    resp = Response()
+    try:
+        await pool.send(b"", resp, timeout_s=min(target.timeout_s, 30.0))
+    except (ConnectionFailed, BadResponse, TimeoutError) as exc:
+        reason = str(exc) or "no answer in time"
+        raise ValueError(
+            one_line(f"model: not given, and {redact_url(url)} failed: {reason}")
+        ) from None
+    finally:
+        await pool.aclose()
+        forget(secrets)
+    models = endpoint.models(bytes(resp.body)) if resp.status == 200 else []
+    if not models:
+        said = f"HTTP {resp.status}" if resp.status != 200 else "no models"
+        raise ValueError(
+            one_line(f"model: not given, and {redact_url(url)} lists none ({said}); pass model=")
+        )
+    return models
+
+
+class FailFast:
+    """Says when a run's first requests all failed the same way, so more would too.
+
+    The ways that stop a run are the ones no waiting cures: a connect that fails (refused, TLS,
+    DNS; not a connection dropped later) and HTTP 400, 401, 403 and 404.
+
+    Parameters
+    ----------
+    first : int
+        How many first finished requests must fail alike.
+    """
+
+    FATAL_STATUS = frozenset({400, 401, 403, 404})
+
+    def __init__(self, first: int = 3) -> None:
+        self.first = first
+        self._seen = 0
+        self._way: tuple[Any, Any] | None = None
+
+    def observe(self, record: Record) -> str | None:
+        """Take a finished request; return the reason to stop, once, or None.
+
+        Parameters
+        ----------
+        record : Record
+
+        Returns
+        -------
+        str or None
+            One line: how many failed, and what the server (or the connection) said.
+        """
+        if self._seen >= self.first:
+            return None
+        self._seen += 1
+        fatal = (record.error or "").startswith(CONNECT_FAILED) or (
+            record.error_kind == "client_error" and record.status in self.FATAL_STATUS
+        )
+        way = (record.error_kind, record.status)
+        if not fatal or (self._way is not None and way != self._way):
+            self._seen = self.first  # disarmed for good
+            return None
+        self._way = way
+        if self._seen < self.first:
+            return None
+        return f"the first {self.first} requests all failed the same way: {record.error}"
 
 
 def _chunk_stats(record: Record, times: list[int], t0_ns: int) -> None:

@@ -3,9 +3,9 @@
 Two kinds, one folder each under ``datasets/``: public benchmark data as a per-level CSV with its
 ``SOURCE.md`` (origin, commit, license, caveats), and sweeps saved by :meth:`SweepResult.save`
 (``<name>.parquet`` with its JSON sidecar), whose provenance is their sidecar metadata and whose
-datasheet is ``datasets/README.md``. The folder is looked up as package data first
-(``llmlat/datasets``) and then in the ``datasets/`` folder of a source checkout, next to the
-package.
+datasheet is ``datasets/README.md``. An installed wheel carries the folder as package data
+(``llmlat/_datasets``, copied there by the build); a source checkout or an editable install reads
+the ``datasets/`` folder next to the package.
 """
 
 from __future__ import annotations
@@ -18,31 +18,35 @@ import pandas as pd
 
 from llmlat.results import SweepResult, read
 
-__all__ = ["list", "load", "source"]
+__all__ = ["list", "load", "root", "source"]
 
 _builtin_list = list
 
 
-def _roots() -> _builtin_list[Path]:
-    roots = []
-    packaged = resources.files("llmlat") / "datasets"
-    if packaged.is_dir():
-        roots.append(Path(str(packaged)))
-    checkout = Path(__file__).resolve().parent.parent / "datasets"
-    if checkout.is_dir():
-        roots.append(checkout)
-    return roots
+def root() -> Path:
+    """Return the folder the datasets are read from.
+
+    Returns
+    -------
+    pathlib.Path
+        ``llmlat/_datasets`` inside an installed wheel; in a source checkout (or an editable
+        install) the repository's ``datasets/`` folder.
+    """
+    packaged = Path(str(resources.files("llmlat") / "_datasets"))
+    # only a checkout has the folder beside the package (in site-packages, "datasets" would be
+    # another distribution's)
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "datasets"
 
 
 def _index() -> dict[str, Path]:
     found: dict[str, Path] = {}
-    for root in _roots():
-        for csv in sorted(root.glob("*/*.csv")):
-            if (csv.parent / "SOURCE.md").is_file():
-                found.setdefault(f"{csv.parent.name}/{csv.stem}", csv)
-        for sweep in sorted(root.glob("*/*.parquet")):
-            if sweep.with_name(sweep.name + ".json").is_file():  # a saved sweep, not its attempts
-                found.setdefault(f"{sweep.parent.name}/{sweep.stem}", sweep)
+    folder = root()
+    for csv in sorted(folder.glob("*/*.csv")):
+        if (csv.parent / "SOURCE.md").is_file():
+            found[f"{csv.parent.name}/{csv.stem}"] = csv
+    for sweep in sorted(folder.glob("*/*.parquet")):
+        if sweep.with_name(sweep.name + ".json").is_file():  # a saved sweep, not its attempts
+            found[f"{sweep.parent.name}/{sweep.stem}"] = sweep
     return found
 
 

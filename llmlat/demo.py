@@ -7,7 +7,6 @@ report with the figures and the dataset.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -63,12 +62,10 @@ def run_demo(
     pathlib.Path
         The report's ``index.html``.
     """
-    import pandas as pd
-
+    from llmlat._display import compact, to_text
     from llmlat.engine import sweep
     from llmlat.report import build_report
     from llmlat.sim import SimConfig
-    from llmlat.summary import brief
 
     out_stream = stream or sys.stdout
 
@@ -89,8 +86,7 @@ def run_demo(
     )
     say(f"\nMeasured {len(result.requests)} requests in {time.perf_counter() - started:.0f} s.\n")
     summary = result.summary()
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        say(brief(summary).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    say(to_text(compact(summary)))
     if p95_s is None:
         lightest = summary.loc[summary["level"].idxmin()]
         p95_s = round(2 * float(lightest["latency_p95_s"]), 2)
@@ -113,37 +109,3 @@ def run_demo(
         say(f"\nPlan for p95 <= {p95_s:g} s: no load meets it, even one request alone.")
     say(f"\nreport: {report.path.resolve()}")
     return report.path
-
-
-def add_parser(subparsers: Any) -> None:
-    """Register ``llmlat demo``.
-
-    Parameters
-    ----------
-    subparsers : argparse._SubParsersAction
-        The ``llmlat`` command's subparsers.
-    """
-    parser = subparsers.add_parser(
-        "demo",
-        help="sweep the built-in simulator, fit, plan and write a report",
-        description=__doc__.splitlines()[0],
-    )
-    parser.add_argument("--out", default="report", help="report folder (default: report)")
-    parser.add_argument("--preset", default="article", help="simulator preset")
-    parser.add_argument("--p95", type=float, metavar="SECONDS", help="p95 target of the plan")
-    parser.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
-    parser.add_argument("--quick", action="store_true", help="a shorter sweep")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    parser.set_defaults(func=_main)
-
-
-def _main(args: argparse.Namespace) -> int:
-    run_demo(
-        args.out,
-        preset=args.preset,
-        p95_s=args.p95,
-        seed=args.seed,
-        quick=args.quick,
-        progress=not args.no_progress,
-    )
-    return 0

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,10 +36,13 @@ import numpy as np
 
 from llmlat._fdlimit import ensure_open_files
 from llmlat._loop import loop_factory, run_coroutine
+from llmlat._notice import notice
 from llmlat._version import __version__
 from llmlat.apis import make_payload
-from llmlat.client import Client, RetryPolicy, Target, redact_url
-from llmlat.loadshapes import LevelPlan, plan_levels
+from llmlat.client import Client, FailFast, list_models
+from llmlat.config import SweepConfig, jsonable, with_options
+from llmlat.loadshapes import LevelPlan
+from llmlat.redact import redact_url
 from llmlat.results import DatasetWriter, SweepResult, check_save_path
 from llmlat.schema import (
     Attempt,
@@ -49,6 +52,7 @@ from llmlat.schema import (
     levels_frame,
     requests_frame,
 )
+from llmlat.sim.process import serve_simulator
 
 __all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "sweep"]
 
@@ -71,170 +75,53 @@ class Sweeper:
         What to send: a request body (dict or JSON text), a plain prompt (a one-message chat,
         or a completions prompt), a list of those (request ``i`` sends item ``i % len``), or a
         callable ``f(request_id) -> payload``. None sends :data:`DEFAULT_PROMPT`.
-    url : str, optional
-        The target's base URL. None starts the built-in simulator for the run (configured by
-        ``simulator``) and says so on stderr.
-    simulator : str, SimConfig or dict, optional
-        With ``url=None``: a preset name, a :class:`~llmlat.sim.SimConfig`, or option overrides.
-    api, model, api_key_env, headers, timeout_s, stream, max_tokens
-        The target, see :class:`llmlat.client.Target`. ``api_key_env`` names an environment
-        variable; the key itself is never stored or shown.
-    concurrency, rate, trace, think_time_s, arrival, burstiness, max_in_flight
-        The load shape and its levels, see :func:`llmlat.loadshapes.plan_levels`.
-    requests, duration_s, warmup, warmup_s
-        How long each level runs (measured requests or seconds, after the warmup); the default
-        is enough for a steady state (:func:`llmlat.loadshapes.default_length`). Warmup rows
-        are kept with ``phase="warmup"``.
-    pause_s : float
-        Pause between levels.
-    retries, backoff_base_s, backoff_max_s, max_retry_wait_s
-        Retry policy for 429, 5xx and connection errors (``retries=0`` measures raw refusals),
-        see :class:`llmlat.client.RetryPolicy`: full-jitter exponential backoff, at least the
-        server's ``Retry-After``, which is capped at ``max_retry_wait_s``.
-    seed : int
-        Seed of every random choice (schedules, retry jitter).
-    progress : bool
-        Show a progress bar (tqdm) with the level, done/total, ok rate and p95 so far.
-    save : str or path, optional
-        Append finished rows to this dataset as the sweep runs (readable at any time with
-        :func:`llmlat.read`; within 0.25 s of finishing, a row is in the file). The path is
-        checked here, before anything is sent.
-    overwrite : bool
-        Let ``save`` replace a dataset, or an unfinished sweep's journal, already at its path;
-        otherwise their presence is an error.
-    run_id : str, optional
-        Identifies the run in every row; generated when None.
+    config : SweepConfig, optional
+        The options (:class:`llmlat.config.SweepConfig`); the defaults when None.
+    **options
+        Options of :class:`~llmlat.config.SweepConfig` by name, replacing those of ``config``
+        (see :func:`sweep` for the list).
 
     Raises
     ------
     ValueError
         Naming the first invalid option.
+    TypeError
+        For an unknown option name.
     """
 
+    @with_options
     def __init__(
-        self,
-        payload: Any = None,
-        *,
-        url: str | None = None,
-        simulator: Any = None,
-        api: str = "openai-chat",
-        model: str | None = None,
-        api_key_env: str | None = None,
-        headers: dict[str, str] | None = None,
-        timeout_s: float = 60.0,
-        stream: bool = True,
-        max_tokens: int | None = None,
-        concurrency: int | Sequence[int] | None = None,
-        rate: float | Sequence[float] | None = None,
-        trace: Any = None,
-        think_time_s: float = 0.0,
-        arrival: str = "poisson",
-        burstiness: float = 1.0,
-        max_in_flight: int | None = None,
-        requests: int | None = None,
-        duration_s: float | None = None,
-        warmup: int = 0,
-        warmup_s: float = 0.0,
-        pause_s: float = 0.0,
-        retries: int = 3,
-        backoff_base_s: float = 0.5,
-        backoff_max_s: float = 30.0,
-        max_retry_wait_s: float = 60.0,
-        seed: int = 0,
-        progress: bool = True,
-        save: str | os.PathLike | None = None,
-        overwrite: bool = False,
-        run_id: str | None = None,
+        self, payload: Any = None, config: SweepConfig | None = None, **options: Any
     ) -> None:
-        self._plans = plan_levels(
-            concurrency=concurrency,
-            rate=rate,
-            trace=trace,
-            think_time_s=think_time_s,
-            arrival=arrival,
-            burstiness=burstiness,
-            max_in_flight=max_in_flight,
-            requests=requests,
-            duration_s=duration_s,
-            warmup=warmup,
-            warmup_s=warmup_s,
-            seed=seed,
-        )
+        cfg = self.config = SweepConfig.from_options(config, **options)
+        self._plans = cfg.plans()
         # a closed-loop level that issues fewer requests than it has workers never fills up
         short = [
             p.workers for p in self._plans if p.workers and (p.total() or p.workers) < p.workers
         ]
         if short:
             warnings.warn(
-                f"requests={requests} is below concurrency {short}: those levels never have "
+                f"requests={cfg.requests} is below concurrency {short}: those levels never have "
                 "that many requests in flight (the default is max(20, 5 * concurrency))",
                 stacklevel=3,
             )
-        if not (isinstance(pause_s, int | float) and math.isfinite(pause_s) and pause_s >= 0):
-            raise ValueError(f"pause_s: must be a finite number >= 0, got {pause_s!r}")
-        if url is not None and simulator is not None:
-            raise ValueError("simulator: only used when url is None")
-        if run_id is not None and (not isinstance(run_id, str) or not run_id or "/" in run_id):
-            raise ValueError("run_id: must be a non-empty string without '/'")
-        target_options = {
-            "api": api,
-            "model": model,
-            "api_key_env": api_key_env,
-            "headers": headers,
-            "timeout_s": timeout_s,
-            "stream": stream,
-            "max_tokens": max_tokens,
-        }
-        # validate now (Target names the bad field, api_key() checks the variable is set);
-        # the simulator's URL comes at run time
-        Target(url or "http://127.0.0.1", **target_options).api_key()
-        self._retry = RetryPolicy(
-            retries=retries,
-            backoff_base_s=backoff_base_s,
-            backoff_max_s=backoff_max_s,
-            max_retry_wait_s=max_retry_wait_s,
-        )
-        self._target_options = target_options
-        self._url = url
-        self._simulator = simulator
-        self._payload_of = _payload_source(payload, api, self._plans)
+        cfg.target().api_key()  # the named variable must be set (the key itself is not kept)
+        self._retry = cfg.retry_policy()
+        self._model = cfg.model
+        self._fail_fast = FailFast()
+        self._payload_of = _payload_source(payload, cfg.api, self._plans)
         self._payload_summary = _payload_summary(payload)
-        self._seed = seed
-        self._progress = progress
         # issue 11: checked before anything is sent, so a bad path never costs a run
-        self._save = None if save is None else check_save_path(save, overwrite=overwrite)
-        self._overwrite = overwrite
+        self._save = (
+            None if cfg.save is None else check_save_path(cfg.save, overwrite=cfg.overwrite)
+        )
         most = [p.workers or p.max_in_flight for p in self._plans]
         ensure_open_files(
             None if None in most else max(most),
-            2 if url is None else 1,  # the in-process simulator holds the other end
-            "concurrency" if self._plans[0].workers else "max_in_flight",
+            2 if cfg.url is None and not cfg.simulator_process else 1,  # a simulator in-process
+            "concurrency" if self._plans[0].workers else "max_in_flight",  # holds both ends
         )
-        self._pause_s = float(pause_s)
-        self._run_id = run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
-        self._load_meta = _jsonable(
-            {
-                "concurrency": concurrency,
-                "rate": rate,
-                "trace": None if trace is None else f"{self._plans[0].total()} sends",
-                "think_time_s": think_time_s,
-                "arrival": arrival,
-                "burstiness": burstiness,
-                "max_in_flight": max_in_flight,
-                "requests": requests,
-                "duration_s": duration_s,
-                "warmup": warmup,
-                "warmup_s": warmup_s,
-                "pause_s": pause_s,
-                "retries": retries,
-                "backoff_base_s": backoff_base_s,
-                "backoff_max_s": backoff_max_s,
-                "max_retry_wait_s": max_retry_wait_s,
-                "timeout_s": timeout_s,
-                "stream": stream,
-                "max_tokens": max_tokens,
-            }
-        )
+        self._run_id = cfg.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         self._meta: dict[str, Any] = {}
         self._issued: list[Record] = []  # every request issued, in request_id order
         self._unfinished: dict[int, Record] = {}
@@ -308,23 +195,26 @@ class Sweeper:
             raise RuntimeError("a Sweeper runs once; make a new one")
         self._started = True
         self._loop = asyncio.get_running_loop()
-        if self._url is not None:
-            return await self._run_against(self._url, None)
-        from llmlat.sim import Simulator
-
-        async with _make_simulator(Simulator, self._simulator) as sim:
-            print(
-                f"llmlat: no url given: measuring the built-in simulator at {sim.url}",
-                file=sys.stderr,
-            )
-            if self._target_options["model"] is None:
-                self._target_options["model"] = sim.config.model
-            return await self._run_against(sim.url, _jsonable(dataclasses.asdict(sim.config)))
+        cfg = self.config
+        if cfg.url is not None:
+            return await self._run_against(cfg.url, None)
+        async with serve_simulator(cfg.sim_config(), in_process=not cfg.simulator_process) as sim:
+            notice(f"no url given: measuring the built-in simulator at {sim.url}")
+            self._model = cfg.model or sim.config.model
+            return await self._run_against(sim.url, jsonable(dataclasses.asdict(sim.config)))
 
     # ------------------------------------------------------------------ the run
 
     async def _run_against(self, url: str, sim_config: dict | None) -> SweepResult:
-        target = Target(url, **self._target_options)
+        cfg = self.config
+        if self._model is None:  # the server's first listed model, or a one-line error
+            models = await list_models(cfg.target(url), transport=cfg.transport)
+            self._model = models[0]
+            notice(
+                f"no model given: using {models[0]!r}, the first of the {len(models)} "
+                "the server lists (GET /v1/models)"
+            )
+        target = dataclasses.replace(cfg.target(url), model=self._model)
         self._t0_ns = time.perf_counter_ns()
         self._meta = {
             "llmlat_version": __version__,
@@ -332,13 +222,13 @@ class Sweeper:
             "started_at": datetime.now(UTC).isoformat(),
             "t0_perf_s": self._t0_ns / 1e9,
             "url": redact_url(url),
-            "api": self._target_options["api"],
-            "model": self._target_options["model"],
-            "api_key_env": self._target_options["api_key_env"],  # the name only, never the key
+            "api": cfg.api,
+            "model": self._model,
+            "api_key_env": cfg.api_key_env,  # the name only, never the key
             "level_kind": self._plans[0].kind,
             "levels": [p.value for p in self._plans],
-            "load": self._load_meta,
-            "seed": self._seed,
+            "load": cfg.to_meta(),  # every option (SweepConfig), secrets left out
+            "seed": cfg.seed,
             "machine": {
                 "platform": platform.platform(),
                 "python": platform.python_version(),
@@ -350,7 +240,9 @@ class Sweeper:
             "payload_summary": self._payload_summary,
         }
         if self._save is not None:
-            self._writer = DatasetWriter(self._save, dict(self._meta), overwrite=self._overwrite)
+            self._writer = DatasetWriter(
+                self._save, dict(self._meta), overwrite=self.config.overwrite
+            )
             self._flush_tick()
         self._bar = self._make_bar()
         # a full collection over everything imported so far (pandas, numpy, ...) pauses the
@@ -358,13 +250,18 @@ class Sweeper:
         gc.freeze()
         try:
             async with Client(
-                target, self._retry, run_id=self._run_id, t0_ns=self._t0_ns, seed=self._seed
+                target,
+                self._retry,
+                run_id=self._run_id,
+                t0_ns=self._t0_ns,
+                seed=cfg.seed,
+                transport=cfg.transport,
             ) as client:
                 for plan in self._plans:
                     if self._stopping:
                         break
-                    if plan.index and self._pause_s:
-                        await self._sleep(self._pause_s)
+                    if plan.index and cfg.pause_s:
+                        await self._sleep(cfg.pause_s)
                     if not self._stopping:
                         await self._run_level(plan, client)
         except BaseException:
@@ -379,6 +276,8 @@ class Sweeper:
         return self.result()
 
     async def _run_level(self, plan: LevelPlan, client: Client) -> None:
+        if self.config.preconnect:  # before the level's clock starts: connects are not its latency
+            await client.preconnect(plan.workers or plan.max_in_flight or 0)
         stats = LevelStats(self._run_id, plan.value, plan.kind, t_start=self._now())
         issued_before = len(self._issued)
         lags: list[float] = []
@@ -496,6 +395,11 @@ class Sweeper:
             self._finish(record, attempts)
 
     def _finish(self, record: Record, attempts: list[Attempt]) -> None:
+        reason = self._fail_fast.observe(record)
+        if reason is not None:  # the first requests all failed the same way: more would too
+            self._meta["stopped_reason"] = reason
+            notice(f"stopping: {reason}")
+            self.stop()
         self._unfinished.pop(record.request_id, None)
         self._attempts.extend(attempts)
         self._pending[0].append(record)
@@ -588,11 +492,13 @@ class Sweeper:
         if self._writer is None:
             return
         self._flush()
-        self._writer.close({"interrupted": self._interrupted})
+        self._writer.close(
+            {"interrupted": self._interrupted, "stopped_reason": self._meta.get("stopped_reason")}
+        )
         self._writer = None
 
     def _make_bar(self) -> Any:
-        if not self._progress:
+        if not self.config.progress:
             return None
         try:  # in Jupyter, tqdm.auto warns and falls back to text when ipywidgets is missing
             import ipywidgets  # noqa: F401
@@ -618,15 +524,19 @@ class Sweeper:
         return f"ok {ok:.0%} p95 {p95}"
 
 
-async def asweep(payload: Any = None, **options: Any) -> SweepResult:
+@with_options
+async def asweep(
+    payload: Any = None, config: SweepConfig | None = None, **options: Any
+) -> SweepResult:
     """Run a sweep in the running event loop.
 
     Parameters
     ----------
     payload : dict, str, list, callable or None
         What to send, see :class:`Sweeper`.
-    **options
-        The options of :class:`Sweeper` (url, api, concurrency, rate, requests, save, ...).
+    config : SweepConfig, optional
+        Options as a :class:`~llmlat.config.SweepConfig`; the keywords below replace its values.
+    {options}
 
     Returns
     -------
@@ -640,10 +550,11 @@ async def asweep(payload: Any = None, **options: Any) -> SweepResult:
     asyncio.CancelledError
         When cancelled, after in-flight requests are cancelled and the save file is flushed.
     """
-    return await Sweeper(payload, **options).run()
+    return await Sweeper(payload, config, **options).run()
 
 
-def sweep(payload: Any = None, **options: Any) -> SweepResult:
+@with_options
+def sweep(payload: Any = None, config: SweepConfig | None = None, **options: Any) -> SweepResult:
     """Run a sweep from synchronous code (plain Python, IPython, or inside a running loop).
 
     Ctrl-C stops new sends and gives the requests in flight a grace period to finish (a second
@@ -654,8 +565,9 @@ def sweep(payload: Any = None, **options: Any) -> SweepResult:
     ----------
     payload : dict, str, list, callable or None
         What to send, see :class:`Sweeper`.
-    **options
-        The options of :class:`Sweeper` (url, api, concurrency, rate, requests, save, ...).
+    config : SweepConfig, optional
+        Options as a :class:`~llmlat.config.SweepConfig`; the keywords below replace its values.
+    {options}
 
     Returns
     -------
@@ -667,7 +579,7 @@ def sweep(payload: Any = None, **options: Any) -> SweepResult:
     ValueError
         Naming the first invalid option.
     """
-    sweeper = Sweeper(payload, **options)
+    sweeper = Sweeper(payload, config, **options)
     try:
         result = _run_sync(sweeper)
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -675,10 +587,7 @@ def sweep(payload: Any = None, **options: Any) -> SweepResult:
         result = sweeper.result()
         result.meta["interrupted"] = True
     if result.meta.get("interrupted"):
-        print(
-            f"llmlat: interrupted; returning the {len(result.requests)} requests measured so far",
-            file=sys.stderr,
-        )
+        notice(f"interrupted; returning the {len(result.requests)} requests measured so far")
     return result
 
 
@@ -761,12 +670,6 @@ def _in_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-def _make_simulator(simulator_cls: type, spec: Any) -> Any:
-    if isinstance(spec, str):
-        return simulator_cls(preset=spec)
-    return simulator_cls(spec)  # None, a SimConfig or a dict of options
-
-
 def _payload_source(payload: Any, api: str, plans: list[LevelPlan]) -> Callable[[Record], dict]:
     """Return ``f(record) -> payload dict``, validating what can be validated up front."""
     if isinstance(payload, str):
@@ -825,16 +728,3 @@ def _payload_summary(payload: Any) -> str:
     if isinstance(payload, str):
         return f"prompt text ({len(payload)} chars)"
     return f"payload dict with keys {sorted(payload)}"
-
-
-def _jsonable(obj: Any) -> Any:
-    """Make ``obj`` JSON-serialisable (numpy scalars and arrays, tuples, paths)."""
-    return json.loads(json.dumps(obj, default=_json_default))
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return str(obj)

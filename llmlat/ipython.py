@@ -16,128 +16,159 @@ import os
 import shlex
 import socket
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import urlsplit
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import MagicArgumentParser
-from traitlets import Bool, Enum, Float, Int, Unicode
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    Int,
+    List,
+    MetaHasTraits,
+    TraitType,
+    Unicode,
+    Union,
+)
 from traitlets.config import Configurable
+
+from llmlat.cli.options import OneLineParser, add_config_options, flag_message, options_from_args
+from llmlat.config import OptionSpec, option_specs
+from llmlat.redact import redact
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from IPython.core.interactiveshell import InteractiveShell
 
     from llmlat.results import SweepResult
-    from llmlat.sim import Simulator
+    from llmlat.sim.process import SimulatorProcess
 
 __all__ = ["LLMMagics", "LLMSweep", "load_ipython_extension", "unload_ipython_extension"]
 
-_API_NAMES = ("openai-chat", "openai-completions", "anthropic-messages")
-# magic-only short forms of `llmlat sweep` options
-_SHORT = {"-c": "--concurrency", "-r": "--rate", "-n": "--requests"}
 _CONNECT_TIMEOUT_S = 3.0
 
 
-class LLMSweep(Configurable):
-    """Defaults of ``%%llmsweep``, set with ``%config LLMSweep.<option> = value``.
+class MagicParser(OneLineParser):
+    """The command-line parser of a magic: a bad line is a one-line UsageError."""
 
-    An option given on the magic's line wins over these; an unset one (None) leaves the
-    ``llmlat sweep`` default.
-    """
+    def fail(self, message: str) -> NoReturn:
+        """Raise ``UsageError(message)``.
 
-    url = Unicode(None, allow_none=True, help="Base URL of the endpoint to measure.").tag(
-        config=True
-    )
-    api = Enum(_API_NAMES, None, allow_none=True, help="API flavour.").tag(config=True)
-    model = Unicode(None, allow_none=True, help="Model name sent in each request.").tag(config=True)
-    api_key_env = Unicode(
-        None, allow_none=True, help="Name of the environment variable holding the API key."
-    ).tag(config=True)
-    timeout_s = Float(None, allow_none=True, help="Timeout per attempt, seconds.").tag(config=True)
-    stream = Bool(None, allow_none=True, help="Ask for streamed answers (TTFT, ITL).").tag(
-        config=True
-    )
-    max_tokens = Int(None, allow_none=True, help="max_tokens sent in each request.").tag(
-        config=True
-    )
-    retries = Int(None, allow_none=True, help="Retries for 429, 5xx, connection errors.").tag(
-        config=True
-    )
-    backoff_base_s = Float(None, allow_none=True, help="Scale of the retry backoff.").tag(
-        config=True
-    )
-    backoff_max_s = Float(None, allow_none=True, help="Largest backoff before jitter.").tag(
-        config=True
-    )
-    max_retry_wait_s = Float(None, allow_none=True, help="Longest wait before a retry.").tag(
-        config=True
-    )
-    seed = Int(None, allow_none=True, help="Seed of every random choice.").tag(config=True)
-    progress = Bool(None, allow_none=True, help="Show a progress bar.").tag(config=True)
+        Parameters
+        ----------
+        message : str
+            One line.
+        """
+        raise UsageError(message)
 
 
-# LLMSweep trait -> (dest of the `llmlat sweep` option, whether the flag is the negation)
-_TRAIT_DEST = {
-    "url": ("url", False),
-    "api": ("api", False),
-    "model": ("model", False),
-    "api_key_env": ("api_key_env", False),
-    "timeout_s": ("timeout", False),
-    "stream": ("no_stream", True),
-    "max_tokens": ("max_tokens", False),
-    "retries": ("retries", False),
-    "backoff_base_s": ("backoff_base", False),
-    "backoff_max_s": ("backoff_max", False),
-    "max_retry_wait_s": ("max_retry_wait", False),
-    "seed": ("seed", False),
-    "progress": ("no_progress", True),
-}
+def _trait(spec: OptionSpec) -> TraitType:
+    """Return the ``%config`` trait of a sweep option: unset (None) keeps its default."""
+    number = Int if spec.kind is int else Float
+    if spec.kind is bool:
+        trait: TraitType = Bool(None, allow_none=True)
+    elif spec.choices:
+        trait = Enum(spec.choices, None, allow_none=True)
+    elif spec.levels:
+        trait = Union([number(), List(number(), minlen=1)], default_value=None, allow_none=True)
+    elif spec.kind in (int, float):
+        trait = number(None, allow_none=True)
+    elif spec.kind is dict:
+        trait = Dict(value_trait=Unicode(), default_value=None, allow_none=True)
+    else:
+        trait = Unicode(None, allow_none=True)
+    trait.help = spec.help
+    return trait.tag(config=True)
 
 
-def _sweep_parser() -> MagicArgumentParser:
-    """Return the ``llmlat sweep`` parser, raising UsageError, with the magic's own options."""
-    from llmlat.cli import sweep as sweep_cli
+#: Defaults of ``%%llmsweep``, set with ``%config LLMSweep.<option> = value``: one trait per
+#: option of :class:`~llmlat.config.SweepConfig`, generated from it.
+LLMSweep = cast(
+    "type[Configurable]",  # a class made by traitlets' metaclass from the options model
+    MetaHasTraits(
+        "LLMSweep",
+        (Configurable,),
+        {
+            "__doc__": "Defaults of ``%%llmsweep``: ``%config LLMSweep.<option> = value``.\n\n"
+            "One trait per option of :class:`llmlat.config.SweepConfig` (same name, help and "
+            "validation). An option given on the magic's line wins; an unset one (None) keeps "
+            "the model's default.",
+            "__module__": __name__,
+            **{spec.name: _trait(spec) for spec in option_specs()},
+        },
+    ),
+)
 
-    subparsers = MagicArgumentParser(prog="%%llmsweep").add_subparsers()
-    sweep_cli.add_parser(subparsers)  # subparsers are of the root's class: errors -> UsageError
-    parser = subparsers.choices["sweep"]
-    parser.prog = "%%llmsweep"
-    parser.usage = "%%llmsweep [options] (-c N,N,... | -r R,R,... | --trace FILE)"
+
+def _sweep_parser() -> MagicParser:
+    """Return the parser of ``%%llmsweep``: the sweep's options, generated, and the magic's own."""
+    from llmlat.cli.sweep import add_payload_options
+
+    parser = MagicParser(
+        prog="%%llmsweep",
+        usage="%(prog)s [options] (-c N,N,... | -r R,R,... | --trace FILE)",
+        description="Measure latency at several load levels; the cell body is what to send "
+        "(a JSON request body, a JSON list of them, or a plain prompt). Defaults come from "
+        "%config LLMSweep.<option>.",
+        add_help=False,
+    )
     own = parser.add_argument_group("notebook (%%llmsweep only)")
     own.add_argument("-o", "--output", metavar="NAME", help="store the SweepResult as NAME")
     own.add_argument(
-        "--stream", dest="no_stream", action="store_false", default=argparse.SUPPRESS,
-        help="ask for streamed answers (the default; undoes %%config LLMSweep.stream = False)",
-    )  # fmt: skip
+        "--full", action="store_true", help="show every summary column, not the compact table"
+    )
     own.add_argument("-h", "--help", action="store_true", help="show this help")
+    add_payload_options(parser)
+    add_config_options(parser)
     return parser
 
 
-def _sim_parser() -> MagicArgumentParser:
+def _sim_parser() -> MagicParser:
     from llmlat.cli.sim import add_config_arguments
 
-    parser = MagicArgumentParser(
-        prog="llmsim",
+    parser = MagicParser(
+        prog="%llmsim",
+        add_help=False,
         description="Start, stop or show the built-in simulated provider of this notebook.",
     )
-    parser.add_argument("action", nargs="?", default="status", choices=("start", "stop", "status"))
+    parser.add_argument(
+        "action",
+        nargs="?",
+        default="status",
+        choices=("start", "stop", "status"),
+        help="start (or restart) a simulator, stop it, or show it (default: status)",
+    )
     parser.add_argument("--port", type=int, default=0, help="port (default: 0, a free one)")
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
     add_config_arguments(parser)
     return parser
 
 
-def _fit_parser() -> MagicArgumentParser:
-    parser = MagicArgumentParser(
+def _fit_parser() -> MagicParser:
+    parser = MagicParser(
         prog="%llmfit",
+        add_help=False,
         description="Fit a queueing model to a sweep (a SweepResult or a DataFrame variable).",
     )
     parser.add_argument("name", help="variable holding the sweep, e.g. res from %%llmsweep -o res")
-    parser.add_argument("--model", default="auto", help="auto, mm1, mmc, mgc, closed or batch")
-    parser.add_argument("--metric", default="latency", choices=("latency", "ttft"))
-    parser.add_argument("--stat", default="mean", choices=("mean", "p50", "p95", "p99"))
+    parser.add_argument(
+        "--model", default="auto", help="auto, mm1, mmc, mgc, closed or batch (default: auto)"
+    )
+    parser.add_argument(
+        "--metric",
+        default="latency",
+        choices=("latency", "ttft"),
+        help="what to model: end-to-end latency or time to first token (default: latency)",
+    )
+    parser.add_argument(
+        "--stat",
+        default="mean",
+        choices=("mean", "p50", "p95", "p99"),
+        help="the per-level statistic fitted (default: mean)",
+    )
     parser.add_argument(
         "--compare", action="store_true", help="show every model ranked by AIC instead"
     )
@@ -148,17 +179,9 @@ def _fit_parser() -> MagicArgumentParser:
 
 def _split(line: str) -> list[str]:
     try:
-        argv = shlex.split(line)
+        return shlex.split(line)
     except ValueError as exc:
         raise UsageError(f"cannot split the options: {exc}") from None
-    out = []
-    for arg in argv:
-        short = arg[:2]
-        if short in _SHORT:
-            out.extend([_SHORT[short], arg[2:]] if len(arg) > 2 else [_SHORT[short]])
-        else:
-            out.append(arg)
-    return out
 
 
 def _trailing_semicolon(text: str) -> tuple[str, bool]:
@@ -201,8 +224,7 @@ def _check_reachable(url: str) -> None:
 
 def _redact(text: str, api_key_env: str | None) -> str:
     """Remove the API key's value from a message, should any layer ever have echoed it."""
-    key = os.environ.get(api_key_env) if api_key_env else None
-    return text.replace(key, "***") if key else text
+    return redact(text, [os.environ.get(api_key_env) if api_key_env else None])
 
 
 @magics_class
@@ -217,37 +239,33 @@ class LLMMagics(Magics):
         The ``%config``-able defaults of ``%%llmsweep``.
     """
 
-    def __init__(self, shell: InteractiveShell, defaults: LLMSweep) -> None:
+    def __init__(self, shell: InteractiveShell, defaults: Configurable) -> None:
         super().__init__(shell)
         self.defaults = defaults
-        self.simulator: Simulator | None = None
+        self.simulator: SimulatorProcess | None = None
 
     @line_cell_magic
-    def llmsweep(self, line: str, cell: str | None = None) -> pd.DataFrame | None:
+    def llmsweep(self, line: str, cell: str | None = None) -> SweepResult | pd.DataFrame | None:
         """Measure latency at several load levels; the cell body is what to send.
 
-        ::
-
-            %%llmsweep -c 1,10,100 -n 50 -o res --save run.parquet
-            {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}
-
-            %llmsweep -c 1,10 -n 20 --prompt "Hi" -o res
+        A cell ``%%llmsweep -c 1,10,100 -n 50 -o res --save run.parquet`` with the body
+        ``{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}``, or a line
+        ``%llmsweep -c 1,10 -n 20 --prompt "Hi" -o res``.
 
         The body is a JSON request body, a JSON list of them (cycled), or plain text taken as
-        the user's prompt. As a line magic it sends ``--prompt`` / ``--payload``, or the default
-        prompt.
-        Options are those of ``llmlat sweep`` (``%llmsweep --help`` lists them) plus
-        ``-c``/``-r``/``-n`` for ``--concurrency``/``--rate``/``--requests``, ``-o NAME`` to
-        store the SweepResult, and ``--stream``. ``$var`` and ``{expr}`` expand from the
-        namespace. Without ``--url`` (or ``%config LLMSweep.url``) it measures the simulator of
-        ``%llmsim start``, else one started for the run. Returns the per-level summary; a
-        trailing ``;`` on the line or the body silences it. Interrupting the kernel stops the
-        sweep: the partial result is stored and saved.
+        the user's prompt; the line magic sends ``--prompt`` / ``--payload``, or the default
+        prompt. The options are those of ``llmlat sweep`` (``%llmsweep --help`` lists them),
+        plus ``-c``/``-r``/``-n`` for ``--concurrency``/``--rate``/``--requests``, ``-o NAME``
+        to store the SweepResult and ``--full``; defaults come from
+        ``%config LLMSweep.<option>``. ``$var`` and ``{expr}`` expand from the namespace.
+        Without ``--url`` it measures the simulator of ``%llmsim start``, else one started for
+        the run. Returns the SweepResult, shown as its compact per-level table (``--full``:
+        the full summary table); a trailing ``;`` on the line or the body silences it.
+        Interrupting the kernel stops the sweep: the partial result is stored and saved.
         """
         line, quiet_line = _trailing_semicolon(line)
         cell, quiet_cell = _trailing_semicolon(cell or "")
-        parser = _sweep_parser()
-        args = self._parse(parser, line, argparse.Namespace(**self._configured()))
+        args = self._parse(_sweep_parser(), line)
         if args is None:
             return None
         if args.output is not None and (
@@ -259,28 +277,26 @@ class LLMMagics(Magics):
             raise UsageError("give the payload in the cell body or with --prompt/--payload")
         result = self._sweep(payload, args)
         if args.output is not None:
-            self.shell.user_ns[args.output] = result
+            self._namespace[args.output] = result
         from llmlat.cli.sweep import warn_client_bound
 
         summary = result.summary()
         warn_client_bound(summary)
-        return None if quiet_line or quiet_cell else summary
+        if quiet_line or quiet_cell:
+            return None
+        return summary if args.full else result  # the result shows its compact table
 
     @line_magic
     def llmsim(self, line: str) -> None:
         """Start, stop or show the built-in simulated provider: ``%llmsim [start|stop|status]``.
 
-        ::
-
-            %llmsim start --preset article --seed 1
-            %llmsim status
-            %llmsim stop
-
-        ``start`` takes the options of ``llmlat sim`` (``%llmsim --help`` lists them) and
-        replaces a simulator already running. While one runs, ``%%llmsweep`` without ``--url``
-        measures it.
+        For example ``%llmsim start --preset article --seed 1``, ``%llmsim status``,
+        ``%llmsim stop``. ``start`` takes the options of ``llmlat sim`` (``%llmsim --help``
+        lists them) and replaces a simulator already running. The simulator is a child
+        process on 127.0.0.1, stopped with the kernel at the latest. While one runs,
+        ``%%llmsweep`` without ``--url`` measures it.
         """
-        args = self._parse(_sim_parser(), line, argparse.Namespace())
+        args = self._parse(_sim_parser(), line)
         if args is None:
             return
         if args.action != "start":
@@ -303,11 +319,9 @@ class LLMMagics(Magics):
     def llmfit(self, line: str) -> Any:
         """Fit a queueing model to a measured sweep: ``%llmfit res [--model auto] [-o fit]``.
 
-        ::
-
-            %llmfit res                      # the best model by AIC, its summary shown
-            %llmfit res --model mmc -o fit   # c and mu of an M/M/c, stored as fit
-            %llmfit res --compare            # every model side by side
+        For example ``%llmfit res`` (the best model by AIC, its summary shown),
+        ``%llmfit res --model mmc -o fit`` (c and mu of an M/M/c, stored as ``fit``),
+        ``%llmfit res --compare`` (every model side by side).
 
         Returns the :class:`~llmlat.fitting.FitResult` (its summary shows under the cell), or
         with ``--compare`` the table of models. Data that cannot identify a model is a one-line
@@ -316,12 +330,12 @@ class LLMMagics(Magics):
         from llmlat.fitting import compare, fit
 
         line, quiet = _trailing_semicolon(line)
-        args = self._parse(_fit_parser(), line, argparse.Namespace())
+        args = self._parse(_fit_parser(), line)
         if args is None:
             return None
-        if args.name not in self.shell.user_ns:
+        if args.name not in self._namespace:
             raise UsageError(f"%llmfit: no variable named {args.name!r}")
-        data = self.shell.user_ns[args.name]
+        data = self._namespace[args.name]
         try:
             if args.compare:
                 out = compare(data, metric=args.metric, stat=args.stat)
@@ -330,7 +344,7 @@ class LLMMagics(Magics):
         except ValueError as exc:
             raise UsageError(f"%llmfit: {exc}") from None
         if args.output is not None:
-            self.shell.user_ns[args.output] = out
+            self._namespace[args.output] = out
         return None if quiet else out
 
     def stop_simulator(self) -> bool:
@@ -349,39 +363,35 @@ class LLMMagics(Magics):
 
     # ------------------------------------------------------------------ helpers
 
+    @property
+    def _namespace(self) -> dict[str, Any]:
+        """The user's namespace (the magics are registered with a shell)."""
+        assert self.shell is not None
+        return self.shell.user_ns
+
     def _configured(self) -> dict[str, Any]:
-        """Return the ``%config`` defaults as ``llmlat sweep`` argument values."""
-        values = {}
-        for trait, (dest, negated) in _TRAIT_DEST.items():
-            value = getattr(self.defaults, trait)
-            if value is not None:
-                values[dest] = (not value) if negated else value
-        return values
+        """Return the options set with ``%config LLMSweep.<option>``."""
+        values = {
+            name: getattr(self.defaults, name) for name in self.defaults.trait_names(config=True)
+        }
+        return {name: value for name, value in values.items() if value is not None}
 
     @staticmethod
-    def _parse(
-        parser: MagicArgumentParser, line: str, namespace: argparse.Namespace
-    ) -> argparse.Namespace | None:
-        """Parse ``line``; None after printing the help. Pre-set namespace values are defaults."""
+    def _parse(parser: MagicParser, line: str) -> argparse.Namespace | None:
+        """Parse ``line``; None after printing the help."""
         argv = _split(line)
-        if "-h" in argv or "--help" in argv:  # before parsing: required options may be missing
+        if "-h" in argv or "--help" in argv:  # before parsing: other options may be wrong
             print(parser.format_help())
             return None
-        return parser.parse_args(argv, namespace)
+        return parser.parse_args(argv)
 
     def _sweep_options(self, args: argparse.Namespace) -> dict[str, Any]:
-        from llmlat.cli import sweep as sweep_cli
-
-        try:
-            options = sweep_cli.options_from_args(args)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        if options["url"] is None and options["simulator"] is None and self.simulator is not None:
+        options = {**self._configured(), **options_from_args(args)}
+        if options.get("url") is None and options.get("simulator") is None and self.simulator:
             sim = self.simulator
             options["url"] = sim.url
-            if options["model"] is None:
-                options["model"] = sim.config.model
-        if options["url"] is not None:
+            options.setdefault("model", sim.config.model)
+        if options.get("url") is not None:
             _check_reachable(options["url"])
         return options
 
@@ -398,8 +408,8 @@ class LLMMagics(Magics):
                 result = run_coroutine(sweeper.run())
             except KeyboardInterrupt:
                 result = sweeper.result()
-        except ValueError as exc:
-            raise UsageError(_redact(str(exc), options["api_key_env"])) from None
+        except (ValueError, TypeError) as exc:
+            raise UsageError(_redact(flag_message(exc), options.get("api_key_env"))) from None
         if result.meta.get("interrupted"):
             self._say_interrupted(result, args)
         return result
@@ -409,8 +419,8 @@ class LLMMagics(Magics):
         where = []
         if args.output is not None:
             where.append(f"stored in {args.output}")
-        if args.save is not None:
-            where.append(f"saved to {args.save}")
+        if result.meta["load"]["save"] is not None:
+            where.append(f"saved to {result.meta['load']['save']}")
         tail = f"; partial result {' and '.join(where)}" if where else ""
         print(
             f"llmlat: interrupted: {len(result.requests)} requests finished{tail}", file=sys.stderr
@@ -418,18 +428,20 @@ class LLMMagics(Magics):
 
     def _start_simulator(self, args: argparse.Namespace) -> None:
         from llmlat.cli.sim import config_from_args
-        from llmlat.sim import Simulator
+        from llmlat.sim.config import option_fields
+        from llmlat.sim.process import SimulatorProcess
 
         try:
             config = config_from_args(args)
-            sim = Simulator(config, port=args.port)
+            sim = SimulatorProcess(config, port=args.port)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            flags = {o.name: "--" + o.name.replace("_", "-") for o in option_fields()}
+            raise UsageError(flag_message(exc, flags | {"port": "--port"})) from None
         replaced = self.stop_simulator()
         try:
             sim.start()
         except OSError as exc:
-            raise UsageError(f"--port: cannot listen on {args.port} ({exc.strerror})") from None
+            raise UsageError(f"--port: cannot listen on {args.port} ({exc})") from None
         self.simulator = sim
         what = f"preset {args.preset}" if args.preset else "default options"
         print(
@@ -448,6 +460,17 @@ def _read_payload(path: Any) -> Any:
         raise UsageError(str(exc)) from None
 
 
+def _bodiless_cell_magic(lines: list[str]) -> list[str]:
+    """Run a ``%%llmsweep`` cell with nothing below its first line as the line magic.
+
+    IPython refuses a cell magic with an empty body, so ``%%llmsweep --help`` alone in a cell
+    would fail; the line form does the same thing (help, or the default prompt).
+    """
+    if lines and lines[0].startswith("%%llmsweep") and not "".join(lines[1:]).strip():
+        return [lines[0][1:]]
+    return lines
+
+
 def load_ipython_extension(ipython: InteractiveShell) -> None:
     """Register ``%%llmsweep``, ``%llmsim``, ``%llmfit`` and the ``LLMSweep`` configurable.
 
@@ -459,6 +482,8 @@ def load_ipython_extension(ipython: InteractiveShell) -> None:
     defaults = LLMSweep(parent=ipython)
     ipython.configurables.append(defaults)
     ipython.register_magics(LLMMagics(ipython, defaults))
+    if _bodiless_cell_magic not in ipython.input_transformers_cleanup:
+        ipython.input_transformers_cleanup.append(_bodiless_cell_magic)
 
 
 def unload_ipython_extension(ipython: InteractiveShell) -> None:
@@ -469,6 +494,8 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
     ipython : InteractiveShell
         The running shell.
     """
+    if _bodiless_cell_magic in ipython.input_transformers_cleanup:
+        ipython.input_transformers_cleanup.remove(_bodiless_cell_magic)
     manager = ipython.magics_manager
     magics = manager.registry.pop(LLMMagics.__name__, None)
     if magics is not None:

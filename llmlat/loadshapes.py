@@ -155,19 +155,21 @@ def open_loop_schedule(
     """
     _check_arrival(arrival, burstiness)
     if not (rate > 0 and math.isfinite(rate)):
-        raise ValueError(f"rate: must be a positive number, got {rate!r}")
+        raise ValueError(f"rate: {rate!r} is not allowed (a number of requests/s > 0)")
     if (requests is None) == (duration_s is None):
         raise ValueError("requests: give exactly one of requests and duration_s")
-    if arrival == "constant":  # exact multiples: a cumulative sum would drift
-        count = requests if requests is not None else math.ceil(duration_s * rate)
-        offsets = np.arange(count) / rate
-        return Schedule(offsets if requests is not None else offsets[offsets < duration_s])
     rng = np.random.default_rng(seed)
     if requests is not None:
+        if arrival == "constant":  # exact multiples: a cumulative sum would drift
+            return Schedule(np.arange(requests) / rate)
         gaps = arrival_gaps(
             rate, max(requests - 1, 0), arrival=arrival, burstiness=burstiness, rng=rng
         )
         return Schedule(np.concatenate(([0.0], np.cumsum(gaps)))[:requests])
+    assert duration_s is not None
+    if arrival == "constant":
+        offsets = np.arange(math.ceil(duration_s * rate)) / rate
+        return Schedule(offsets[offsets < duration_s])
     # draw in chunks until past the horizon
     chunks = [np.zeros(1)]
     last = 0.0
@@ -474,15 +476,16 @@ def plan_levels(
                 )
             )
         return plans
-    requests, duration_s = per_requests[0], per_duration[0]
+    trace_requests, trace_duration_s = per_requests[0], per_duration[0]
     sched = trace_schedule(trace)
     offsets = sched.offsets_s
     warmup_end = max(warmup_s, offsets[warmup] if warmup < len(offsets) else math.inf)
-    if requests is not None:
+    if trace_requests is not None:
         n_warmup = max(warmup, int(np.searchsorted(offsets, warmup_s, side="left")))
-        sched = sched._take(n_warmup + requests)
-    elif duration_s is not None:
-        sched = sched._take(int(np.searchsorted(offsets, warmup_end + duration_s, side="left")))
+        sched = sched._take(n_warmup + trace_requests)
+    elif trace_duration_s is not None:
+        end = warmup_end + trace_duration_s
+        sched = sched._take(int(np.searchsorted(offsets, end, side="left")))
     if len(sched) == 0:
         raise ValueError("trace: no send falls within the requested duration_s")
     return [
@@ -494,7 +497,7 @@ def plan_levels(
             max_in_flight=max_in_flight,
             warmup=warmup,
             warmup_s=float(warmup_s),
-            stop_rule="requests" if duration_s is None else "duration",
+            stop_rule="requests" if trace_duration_s is None else "duration",
         )
     ]
 
@@ -512,13 +515,15 @@ def _per_level(name: str, value: Any, n_levels: int) -> list:
         return [value] * n_levels
     values = list(value)
     if len(values) != n_levels:
-        raise ValueError(f"{name}: give one value or one per level ({n_levels}), got {len(values)}")
+        raise ValueError(
+            f"{name}: give one value or one per level ({n_levels} levels), got {len(values)}"
+        )
     return values
 
 
 def _check_arrival(arrival: str, burstiness: float) -> None:
     if arrival not in ARRIVALS:
-        raise ValueError(f"arrival: must be one of {', '.join(ARRIVALS)}, got {arrival!r}")
+        raise ValueError(f"arrival: {arrival!r} is not allowed (one of {', '.join(ARRIVALS)})")
     _check_float("burstiness", burstiness, positive=True)
 
 
@@ -527,7 +532,7 @@ def _check_int(name: str, value: Any, *, minimum: int) -> None:
         return
     ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum
     if not ok:
-        raise ValueError(f"{name}: must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name}: {value!r} is not allowed (an integer >= {minimum})")
 
 
 def _check_float(name: str, value: Any, *, positive: bool = False) -> None:
@@ -537,4 +542,4 @@ def _check_float(name: str, value: Any, *, positive: bool = False) -> None:
     ok = ok and math.isfinite(value) and (value > 0 if positive else value >= 0)
     if not ok:
         bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name}: must be a finite number {bound}, got {value!r}")
+        raise ValueError(f"{name}: {value!r} is not allowed (a finite number {bound})")

@@ -1,13 +1,13 @@
 """A self-contained HTML report of one sweep: summary, fitted model, plan and figures.
 
 ``llmlat report DATASET`` and ``llmlat demo`` both end here. The report folder holds
-``index.html``, the figures as PNG files beside it, and the dataset itself, so it can be
+``index.html``, the figures as PNG files beside it, the full per-level summary as
+``summary.csv`` (the page shows the compact table) and the dataset itself, so it can be
 zipped, published or opened offline.
 """
 
 from __future__ import annotations
 
-import argparse
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +24,12 @@ _FIGURES = {
     "errors": None,
 }
 
+_SUMMARY_CSV = "summary.csv"  # the full per-level summary, linked from the page
+
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em;color:#222}
 h1{margin-bottom:.2em} .meta{color:#555} table{border-collapse:collapse;font-size:.85em}
+.scroll{max-width:100%;overflow-x:auto}
 td,th{border:1px solid #ccc;padding:.25em .5em;text-align:right} th{background:#f3f3f3}
 .warn{background:#fff4e0;border-left:4px solid #e90;padding:.5em 1em}
 figure{display:inline-block;margin:.5em} img{max-width:34em} pre{background:#f7f7f7;padding:1em}
@@ -162,7 +165,10 @@ def write_report(
             path = out / "figures" / f"{name}.png"
             figure.savefig(path, bbox_inches="tight")
             report.figures.append(path)
-    report.path.write_text(_page(result, report, title), encoding="utf-8")
+    summary = result.summary()
+    # the page shows the compact table; every column is in summary.csv beside it
+    summary.to_csv(out / _SUMMARY_CSV, index=False)
+    report.path.write_text(_page(result, summary, report, title), encoding="utf-8")
     return report
 
 
@@ -170,9 +176,10 @@ def _fmt(value: Any) -> Any:
     return f"{value:.4g}" if isinstance(value, float) else value
 
 
-def _page(result: Any, report: Report, title: str) -> str:
+def _page(result: Any, summary: Any, report: Report, title: str) -> str:
+    from llmlat._display import compact, to_text
+
     meta = result.meta
-    summary = result.summary()
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
@@ -192,9 +199,17 @@ def _page(result: Any, report: Report, title: str) -> str:
             f"<p class='warn'>The client may have inflated latencies at level(s) {bound}: "
             "its event loop lagged or its CPU was saturated.</p>"
         )
-    parts += ["<h2>Summary per level</h2>", summary.to_html(index=False, float_format=_fmt)]
+    parts += [
+        "<h2>Summary per level</h2>",
+        f"<div class='scroll'>{to_text(compact(summary), html=True)}</div>",
+        f"<p class='meta'>Every summary column: <a href='{_SUMMARY_CSV}' download>"
+        f"{_SUMMARY_CSV}</a>.</p>",
+    ]
     if report.fit is not None:
-        parts += ["<h2>Fitted model</h2>", report.fit.summary()._repr_html_()]
+        parts += [
+            "<h2>Fitted model</h2>",
+            f"<div class='scroll'>{report.fit.summary()._repr_html_()}</div>",
+        ]
     if report.plan is not None:
         parts += [
             "<h2>Capacity plan</h2>",
@@ -213,38 +228,3 @@ def _page(result: Any, report: Report, title: str) -> str:
         "(open with <code>llmlat.read()</code>).</p></body></html>"
     )
     return "\n".join(parts)
-
-
-def add_parser(subparsers: Any) -> None:
-    """Register ``llmlat report DATASET``.
-
-    Parameters
-    ----------
-    subparsers : argparse._SubParsersAction
-        The ``llmlat`` command's subparsers.
-    """
-    parser = subparsers.add_parser(
-        "report",
-        help="write an HTML report (summary, fit, plan, figures) of a saved dataset",
-        description="Fit a queueing model to a saved sweep and write an HTML report.",
-    )
-    parser.add_argument("dataset", help="a dataset written by llmlat (sweep --save, .save())")
-    parser.add_argument("--out", default="report", help="report folder (default: report)")
-    parser.add_argument("--model", default="auto", help="model to fit (default: auto)")
-    parser.add_argument("--p95", type=float, metavar="SECONDS", help="p95 latency target")
-    parser.add_argument("--rpm", type=float, help="provider requests-per-minute limit")
-    parser.add_argument("--tpm", type=float, help="provider tokens-per-minute limit")
-    parser.set_defaults(func=_main)
-
-
-def _main(args: argparse.Namespace) -> int:
-    from llmlat.results import read
-
-    result = read(args.dataset)
-    report = build_report(
-        result, args.out, model=args.model, p95_s=args.p95, rpm=args.rpm, tpm=args.tpm
-    )
-    for note in report.notes:
-        print(f"note: {note}")
-    print(f"report: {report.path}")
-    return 0

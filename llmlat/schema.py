@@ -69,6 +69,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "service_s": _F,
     "ttft_s": _F,
     "lag_s": _F,
+    "connect_s": _F,
     "itl_mean_s": _F,
     "itl_p50_s": _F,
     "itl_max_s": _F,
@@ -94,6 +95,7 @@ ATTEMPT_COLUMNS: dict[str, str] = {
     "request_id": "int64",
     "attempt": "int64",
     "wait_before_s": _F,
+    "connect_s": _F,
     "t_sent": _F,
     "t_first_byte": _F,
     "t_end": _F,
@@ -128,8 +130,10 @@ class Record:
     """One logical request as measured by the client (see :data:`REQUEST_COLUMNS`).
 
     ``latency_s`` counts from ``t_scheduled`` (so open-loop client-side waiting is included and
-    there is no coordinated omission); ``service_s`` counts from ``t_sent`` of the first attempt;
-    ``lag_s`` is ``t_sent - t_scheduled``.
+    there is no coordinated omission); ``service_s`` counts from ``t_sent`` of the first attempt,
+    taken once its connection is open (so it excludes the connect); ``connect_s`` is the TCP
+    (and TLS) connect time of the first attempt (NaN on a reused connection); ``lag_s`` is
+    ``t_sent - t_scheduled - connect_s``: how late the client began sending.
     """
 
     run_id: str
@@ -147,6 +151,7 @@ class Record:
     service_s: float = _NAN
     ttft_s: float = _NAN
     lag_s: float = _NAN
+    connect_s: float = _NAN
     itl_mean_s: float = _NAN
     itl_p50_s: float = _NAN
     itl_max_s: float = _NAN
@@ -167,13 +172,18 @@ class Record:
 
 @dataclass(slots=True)
 class Attempt:
-    """One HTTP attempt of a logical request (see :data:`ATTEMPT_COLUMNS`)."""
+    """One HTTP attempt of a logical request (see :data:`ATTEMPT_COLUMNS`).
+
+    ``connect_s`` is the TCP (and TLS) connect time of the attempt, NaN on a reused connection;
+    ``t_sent`` is taken after it.
+    """
 
     run_id: str
     level: float
     request_id: int
     attempt: int
     wait_before_s: float = 0.0
+    connect_s: float = _NAN
     t_sent: float = _NAN
     t_first_byte: float = _NAN
     t_end: float = _NAN

@@ -50,7 +50,7 @@ def test_sweep_prints_the_summary_and_saves(tmp_path):
 
 def test_sweep_without_url_runs_the_builtin_simulator(tmp_path):
     proc = llmlat_sweep(
-        "--preset", "article", "--rate", "4", "--requests", "4", "--arrival", "constant",
+        "--simulator", "article", "--rate", "4", "--requests", "4", "--arrival", "constant",
         "--no-progress",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -59,25 +59,61 @@ def test_sweep_without_url_runs_the_builtin_simulator(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("args", "needle"),
+    ("args", "line"),
     [
-        (["--concurrency", "1,x"], "--concurrency"),
-        (["--concurrency", "1", "--rate", "2"], "not allowed with"),
-        ([], "one of the arguments"),
-        (["--rate", "-1"], "rate:"),
-        (["--concurrency", "2", "--payload", "/nonexistent/p.json"], "payload:"),
-        (["--concurrency", "2", "--url", "http://127.0.0.1:9", "--preset", "article"], "--preset"),
-        (["--concurrency", "2", "--api-key-env", "LLMLAT_TEST_UNSET_VAR"], "api_key_env"),
-        (["--trace", "/nonexistent/trace.csv"], "trace:"),
+        (
+            ["--concurrency", "1,x"],
+            "--concurrency: '1,x' is not allowed (an integer, or a comma-separated list of them)",
+        ),
+        (["--concurrency", "1", "--rate", "2"], "--concurrency: give exactly one of"),
+        ([], "--concurrency: give exactly one of --concurrency, --rate and --trace"),
+        (["--concurency", "1,10"], "--concurency: unknown option (did you mean --concurrency?)"),
+        (["-c", "1", "--api", "opena-chat"], "--api: 'opena-chat' is not allowed (one of "),
+        (["--concurrency", "1", "--timeout", "3"], "--timeout: unknown option (did you mean"),
+        (["--rate", "-1"], "--rate: -1.0 is not allowed (a finite number > 0)"),
+        (["--concurrency", "2", "--api", "grpc"], "--api: 'grpc' is not allowed (one of openai"),
+        (["--concurrency", "2", "--payload", "/nonexistent/p.json"], "--payload: cannot read"),
+        (
+            ["--concurrency", "2", "--url", "http://127.0.0.1:9", "--simulator", "article"],
+            "--simulator: only used without --url",
+        ),
+        (["--concurrency", "2", "--api-key-env", "LLMLAT_TEST_UNSET_VAR"], "--api-key-env: "),
+        (["--trace", "/nonexistent/trace.csv"], "--trace: cannot read"),
+        (["--concurrency", "2", "--requests", "5,6"], "--requests: give one value or one per"),
+        (["--concurrency", "2", "--timeout-s", "-1"], "--timeout-s: "),
     ],
 )
-def test_bad_options_exit_2_with_one_line(args, needle):
+def test_bad_options_exit_2_with_one_line(args, line):
     env = {k: v for k, v in os.environ.items() if k != "LLMLAT_TEST_UNSET_VAR"}
     proc = llmlat_sweep(*args, env=env)
     assert proc.returncode == 2
-    last = proc.stderr.strip().splitlines()[-1]
-    assert "error" in last and needle in last
-    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr  # no usage block
+    assert lines[0].startswith("llmlat: " + line), lines[0]
+
+
+def test_per_level_requests_on_the_command_line(tmp_path):
+    with Simulator(**FAST) as sim:
+        proc = llmlat_sweep(
+            "--url", sim.url, "-c", "1,2,3", "-n", "2,3,4", "--no-progress",
+            "--timeout-s", "20",
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split()[:2] for line in proc.stdout.strip().splitlines()[1:]]
+    assert rows == [["1", "2"], ["2", "3"], ["3", "4"]]
+
+
+def test_help_lists_every_option_and_the_exit_codes():
+    from llmlat.config import option_specs
+
+    sweep_help = llmlat_sweep("--help").stdout
+    for spec in option_specs():
+        assert spec.flag in sweep_help, spec.flag
+    top = subprocess.run(
+        [sys.executable, "-m", "llmlat", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "exit codes:" in top and "130" in top
 
 
 def interrupt_sweep(tmp_path, sim_options: dict, presses: int, ready) -> tuple:
@@ -145,7 +181,7 @@ def test_client_bound_levels_get_a_warning(capsys):
     )
     warn_client_bound(summary)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("warning: at level 100 ")
+    assert len(lines) == 1 and lines[0].startswith("llmlat: warning: at level 100 ")
     # with the summary's figures it says by how much
     warn_client_bound(summary.assign(loop_lag_p99_s=0.021, inflation=1.05))
     line = capsys.readouterr().err.strip()

@@ -13,7 +13,8 @@ from email.utils import formatdate
 import pytest
 from aiohttp import web
 
-from llmlat.client import Client, RetryPolicy, Target, _retry_after, classify_status, redact_url
+from llmlat.client import Client, RetryPolicy, Target, _retry_after, classify_status
+from llmlat.redact import redact_url
 from llmlat.schema import ERROR_KINDS, Attempt, Record, attempts_frame, requests_frame
 from llmlat.sim import Simulator
 
@@ -56,7 +57,11 @@ def check_invariants(record: Record, attempts: list[Attempt]) -> None:
     assert record.t_end == attempts[-1].t_end
     assert record.latency_s == pytest.approx(record.t_end - record.t_scheduled)
     assert record.service_s == pytest.approx(record.t_end - record.t_sent)
-    assert record.lag_s == pytest.approx(record.t_sent - record.t_scheduled)
+    # t_sent is taken once connected: the connect is its own number, not schedule lag
+    connect = record.connect_s if record.connect_s == record.connect_s else 0.0
+    assert record.connect_s == attempts[0].connect_s or record.connect_s != record.connect_s
+    assert record.lag_s == pytest.approx(record.t_sent - connect - record.t_scheduled)
+    assert all(a.connect_s != a.connect_s or 0 <= a.connect_s <= a.t_sent for a in attempts)
     assert record.error_kind is None or record.error_kind in ERROR_KINDS
     assert record.ok == (record.error_kind is None)
     assert record.error is None or len(record.error) < 200

@@ -1,12 +1,8 @@
 """`llmlat demo` and `llmlat report`, run as a user would: real processes, real simulator."""
 
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
-
-import pytest
 
 import llmlat
 
@@ -29,28 +25,13 @@ class _Images(HTMLParser):
             self._in_h2 = False
 
 
-def _llmlat(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-m", "llmlat", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo") / "report"
-    proc = _llmlat("demo", "--quick", "--no-progress", "--out", str(out), cwd=out.parent)
-    assert proc.returncode == 0, proc.stderr
-    return out, proc.stdout
-
-
 def _check_page(page: Path, *, with_fit: bool) -> _Images:
     parser = _Images()
     parser.feed(page.read_text(encoding="utf-8"))
     assert "Summary per level" in parser.headings
+    html = page.read_text(encoding="utf-8")  # the compact table in the page, the full one beside
+    assert "ok %" in html and "latency_p95_s" not in html and "href='summary.csv'" in html
+    assert "latency_p95_s" in (page.parent / "summary.csv").read_text()
     assert ("Fitted model" in parser.headings) is with_fit
     assert len(parser.images) >= 4
     for src in parser.images:
@@ -59,17 +40,17 @@ def _check_page(page: Path, *, with_fit: bool) -> _Images:
     return parser
 
 
-def test_demo_prints_summary_fit_plan_and_report_path(demo):
-    out, stdout = demo
+def test_demo_prints_summary_fit_plan_and_report_path(demo_run):
+    out, stdout = demo_run
     assert re.search(r"^report: (.+index\.html)$", stdout, re.M).group(1) == str(
         (out / "index.html").resolve()
     )
-    for text in ("latency_p95_s", "queueing fit", "[0.025", "Plan for p95"):
+    for text in ("p95 s", "throughput /s", "queueing fit", "[0.025", "Plan for p95"):
         assert text in stdout
 
 
-def test_demo_report_holds_figures_and_the_dataset(demo):
-    out, _ = demo
+def test_demo_report_holds_figures_and_the_dataset(demo_run):
+    out, _ = demo_run
     parser = _check_page(out / "index.html", with_fit=True)
     assert "Capacity plan" in parser.headings
     assert any("utilization" in src for src in parser.images)
@@ -78,10 +59,10 @@ def test_demo_report_holds_figures_and_the_dataset(demo):
     assert result.meta["simulator"] is not None
 
 
-def test_report_command_rebuilds_the_report_from_a_saved_dataset(demo, tmp_path):
-    out, _ = demo
-    proc = _llmlat(
-        "report", str(out / "sweep.parquet"), "--out", "again", "--p95", "5", cwd=tmp_path
+def test_report_command_rebuilds_the_report_from_a_saved_dataset(demo_run, run_llmlat, tmp_path):
+    out, _ = demo_run
+    proc = run_llmlat(
+        "report", str(out / "sweep.parquet"), "--out", "again", "--p95-s", "5", cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("index.html")
@@ -89,8 +70,8 @@ def test_report_command_rebuilds_the_report_from_a_saved_dataset(demo, tmp_path)
     assert "Capacity plan" in parser.headings
 
 
-def test_report_on_a_missing_dataset_is_a_one_line_error(tmp_path):
-    proc = _llmlat("report", "nope.parquet", cwd=tmp_path)
+def test_report_on_a_missing_dataset_is_a_one_line_error(run_llmlat, tmp_path):
+    proc = run_llmlat("report", "nope.parquet", cwd=tmp_path)
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "nope.parquet" in proc.stderr

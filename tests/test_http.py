@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import ssl
 import time
+import zlib
 
 import pytest
 
@@ -12,7 +14,7 @@ from llmlat.client import Client, RetryPolicy, Target
 from llmlat.schema import Record
 from llmlat.transport import BadResponse, ConnectionFailed, Pool, Response
 
-REQUEST = b"POST /v1/x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"
+BODY = b"{}"
 SSE = (
     b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
     b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
@@ -88,7 +90,7 @@ def exchange(answers, *, piece=1 << 20, sink=None, requests=1, close_after=False
             for _ in range(requests):
                 resp = Response(sink)
                 try:
-                    await asyncio.wait_for(pool.send(REQUEST, resp), 5)
+                    await asyncio.wait_for(pool.send(BODY, resp), 5)
                     out.append(resp)
                 except (ConnectionFailed, BadResponse) as exc:
                     out.append(exc)
@@ -129,7 +131,8 @@ def test_content_length_body_and_headers_without_sink():
     (resp,), server, _ = exchange([answer])
     assert resp.status == 429 and bytes(resp.body) == b"slow!"
     assert resp.headers["retry-after"] == "2" and resp.headers["x-a"] == "1, 2"
-    assert server.requests == [REQUEST]
+    assert len(server.requests) == 1 and server.requests[0].endswith(b"\r\n\r\n{}")
+    assert b"\r\nContent-Length: 2\r\n" in server.requests[0]
 
 
 def test_informational_answers_are_skipped_and_204_has_no_body():
@@ -163,10 +166,10 @@ def test_an_idle_connection_the_server_closed_is_replaced():
         async with RawServer([ok], close_after=True) as server:
             pool = Pool(server.url)
             first, second = Response(), Response()
-            await pool.send(REQUEST, first)
+            await pool.send(BODY, first)
             await asyncio.sleep(0.05)  # the server's close reaches the idle connection
             server.answers.append(ok)
-            await pool.send(REQUEST, second)
+            await pool.send(BODY, second)
             await pool.aclose()
             return first.status, second.status, server.connections
 
@@ -176,13 +179,13 @@ def test_an_idle_connection_the_server_closed_is_replaced():
 @pytest.mark.parametrize(
     ("answer", "message"),
     [
-        (b"ICY 200 OK\r\n\r\n", "not an HTTP/1.1 response"),
-        (b"HTTP/1.1 2x0 OK\r\n\r\n", "not an HTTP/1.1 response"),
-        (b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "malformed response header"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "invalid Content-Length"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxx", "more than its Content-Length"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunked"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n", "malformed chunked"),
+        (b"ICY 200 OK\r\n\r\n", "Expected HTTP/"),
+        (b"HTTP/1.1 2x0 OK\r\n\r\n", "status code"),
+        (b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "header token"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n", "chunk"),
+        (b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 1\r\n\r\nx", "'br'"),
         (b"HTTP/1.1 200 OK\r\nX: " + b"x" * 70_000, "head too large"),
     ],
 )
@@ -222,7 +225,7 @@ def test_cancelling_mid_answer_closes_the_connection():
             resp = Response()
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(0.2):
-                    await pool.send(REQUEST, resp)
+                    await pool.send(BODY, resp)
             return resp.status, bytes(resp.body), len(pool._open), len(pool._idle)
 
     assert asyncio.run(go()) == (200, b"abc", 0, 0)
@@ -235,23 +238,27 @@ def test_connection_refused_names_the_reason():
         server.close()
         await server.wait_closed()
         with pytest.raises(ConnectionFailed, match=r"cannot connect: .*[Rr]efused"):
-            await Pool(f"http://127.0.0.1:{port}").send(REQUEST, Response())
+            await Pool(f"http://127.0.0.1:{port}").send(BODY, Response())
 
     asyncio.run(go())
 
 
-def test_request_head_has_host_and_headers_and_rejects_non_latin1():
-    pool = Pool("http://[::1]:8080/v1")
-    head = pool.head("POST", "http://[::1]:8080/v1/chat?q=1", {"A": "b"})
-    assert head == b"POST /v1/chat?q=1 HTTP/1.1\r\nHost: [::1]:8080\r\nA: b\r\n"
-    assert (
-        Pool("https://example.org")
-        .head("GET", "https://example.org", {})
-        .startswith(b"GET / HTTP/1.1\r\nHost: example.org\r\n")
-    )
-    with pytest.raises(ValueError, match=r"^headers:") as info:
-        pool.head("POST", "http://[::1]:8080/", {"Authorization": "Bearer sk-\u20ac"})
-    assert "sk-" not in str(info.value)
+def test_request_head_has_host_and_headers():
+    pool = Pool("http://[::1]:8080/v1/chat?q=1", {"A": "b"})
+    assert pool._head == b"POST /v1/chat?q=1 HTTP/1.1\r\nHost: [::1]:8080\r\nA: b\r\n"
+    get = Pool("https://example.org", method="GET")
+    assert get._head.startswith(b"GET / HTTP/1.1\r\nHost: example.org\r\n")
+
+
+@pytest.mark.parametrize(
+    "value", ["Bearer sk-\u20acSECRETVALUE", "SECRETVALUE\r\nX-Evil: 1", "SECRET\nVALUE", "a\x00b"]
+)
+def test_header_values_are_checked_before_sending_naming_the_header_not_the_value(value):
+    with pytest.raises(ValueError, match=r"^headers: the value of header 'Authorization'") as info:
+        Pool("http://127.0.0.1:1/", {"Authorization": value})
+    assert "SECRET" not in str(info.value) and "Bearer" not in str(info.value)
+    with pytest.raises(ValueError, match="invalid header name"):
+        Pool("http://127.0.0.1:1/", {"Bad Name": "x"})
 
 
 def test_client_over_https_with_a_trusted_ca(monkeypatch, tmp_path):
@@ -270,7 +277,7 @@ def test_client_over_https_with_a_trusted_ca(monkeypatch, tmp_path):
         async with RawServer([answer], ssl_ctx=server_ctx) as server:
             target = Target(server.url, timeout_s=5)
             t0 = time.perf_counter_ns()
-            async with Client(target, RetryPolicy(retries=0), run_id="tls", t0_ns=t0) as client:
+            async with Client(target, RetryPolicy(retries=3), run_id="tls", t0_ns=t0) as client:
                 record = Record("tls", 1.0, "concurrency", 0, t_scheduled=0.0)
                 await client.send(record, "hi")
             return record
@@ -278,7 +285,61 @@ def test_client_over_https_with_a_trusted_ca(monkeypatch, tmp_path):
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
     untrusted = asyncio.run(go(False))
     assert untrusted.error_kind == "connection" and "certificate" in untrusted.error
+    assert untrusted.attempts == 1  # a verification failure is not retried
     monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
     record = asyncio.run(go(True))
     assert record.ok, record.error
     assert record.chunks == 2 and record.status == 200
+
+
+@pytest.mark.parametrize("piece", [997, 4096, 1 << 20])
+def test_the_head_limit_does_not_depend_on_how_the_bytes_arrive(piece):
+    def answer(size: int) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nX: " + b"x" * size + b"\r\nContent-Length: 2\r\n\r\nok"
+
+    (small,), _, _ = exchange([answer(60_000)], piece=piece)
+    (large,), _, _ = exchange([answer(66_000)], piece=piece)
+    assert isinstance(small, Response) and bytes(small.body) == b"ok"
+    assert isinstance(large, BadResponse) and "head too large" in str(large)
+
+
+def test_bytes_beyond_the_body_leave_the_answer_whole_but_the_connection_unused():
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokGARBAGE"
+    out, server, _ = exchange([answer, answer], requests=2)
+    assert [bytes(r.body) for r in out] == [b"ok", b"ok"]
+    assert server.connections == 2
+
+
+def test_idle_connections_expire_before_the_server_closes_them():
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    announced = b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=1\r\nContent-Length: 0\r\n\r\n"
+
+    async def go(idle_s, answer):
+        async with RawServer([answer, answer]) as server:
+            pool = Pool(server.url, idle_s=idle_s)
+            await pool.send(BODY, Response())
+            idle_limits = [conn.idle_s for conn in pool._idle]
+            await pool.send(BODY, Response())
+            await pool.aclose()
+            return server.connections, idle_limits
+
+    assert asyncio.run(go(4.0, ok)) == (1, [4.0])  # reused while fresh
+    assert asyncio.run(go(-1.0, ok))[0] == 2  # an idle connection past its limit is not reused
+    assert asyncio.run(go(4.0, announced))[1] == [0.0]  # the server's timeout, less a second
+
+
+def test_gzip_and_deflate_bodies_are_decoded_in_any_split():
+    body = b"hello " * 50
+    packed = {b"gzip": gzip.compress(body), b"deflate": zlib.compress(body)}
+    for coding, data in packed.items():
+        answer = b"HTTP/1.1 200 OK\r\nContent-Encoding: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            coding,
+            len(data),
+            data,
+        )
+        got: list[bytes] = []
+        out, _, _ = exchange([answer], piece=7, sink=lambda d, t, got=got: got.append(d))
+        assert isinstance(out[0], Response) and b"".join(got) == body, coding
+    truncated = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 10\r\n\r\n"
+    (exc,), _, _ = exchange([truncated + packed[b"gzip"][:10]])
+    assert isinstance(exc, BadResponse) and "cut short" in str(exc)

@@ -127,11 +127,11 @@ def test_llmsim_start_status_stop(ip: InteractiveShell) -> None:
 @pytest.mark.parametrize(
     ("line", "needle"),
     [
-        ("start --preset nope", "invalid choice: 'nope'"),
-        ("start --slots many", "slots"),
-        ("start --p-500 2", "p_500"),
-        ("start --bogus 1", "unrecognized arguments"),
-        ("launch", "invalid choice: 'launch'"),
+        ("start --preset nope", r"--preset: 'nope' is not allowed \(one of article"),
+        ("start --slots many", "--slots: "),
+        ("start --p-500 2", "--p-500: "),
+        ("start --bogus 1", "--bogus: unknown option"),
+        ("launch", "action: 'launch' is not allowed"),
         ("stop --slots 3", "takes no options"),
     ],
 )
@@ -145,19 +145,24 @@ def test_llmsim_bad_input(ip: InteractiveShell, line: str, needle: str) -> None:
 # ---------------------------------------------------------------- %%llmsweep
 
 
-def test_sweep_returns_summary_and_stores_result(ip: InteractiveShell, sim: str) -> None:
-    summary, _, _ = _captured(
+def test_sweep_shows_the_compact_table_and_stores_result(ip: InteractiveShell, sim: str) -> None:
+    shown, _, _ = _captured(
         ip.run_cell_magic, "llmsweep", "-c 1,4 -n 8 -o res --no-progress", "Hello"
     )
     res = ip.user_ns["res"]
-    assert isinstance(res, llmlat.SweepResult)
-    assert isinstance(summary, pd.DataFrame)
-    assert list(summary["level"]) == [1.0, 4.0]
-    pd.testing.assert_frame_equal(summary, res.summary())
+    assert shown is res  # displayed as its compact per-level table
+    html, text = res._repr_html_(), repr(res)
+    for heading in ("level", "ok %", "429 %", "throughput /s", "p50 s", "p95 s", "p99 s"):
+        assert heading in html and heading in text
+    assert "TTFT p95 s" in text and "latency_p95_s" not in text
+    assert [line.split()[:2] for line in text.splitlines()[2:]] == [["1", "8"], ["4", "8"]]
     assert len(res.requests) == 16 and res.requests["ok"].all()
     assert res.meta["url"] == sim and res.meta["model"] == "llmlat-sim"  # model of %llmsim
     assert res.meta["interrupted"] is False
     assert res.meta["payload_summary"]  # what was sent is described, not dropped
+    full = ip.run_cell_magic("llmsweep", "-c 2 -n 4 -o res2 --no-progress --full", "Hello")
+    assert isinstance(full, pd.DataFrame)
+    pd.testing.assert_frame_equal(full, ip.user_ns["res2"].summary())
 
 
 @pytest.mark.parametrize(
@@ -199,11 +204,11 @@ def test_every_option_reaches_the_sweep(
 ) -> None:
     save = tmp_path / "closed.parquet"
     line = (
-        f"--concurrency 1,2 --requests 4 --url {sim} --api openai-chat --model m1 --timeout 30 "
-        "--no-stream --max-tokens 4 --think-time 0.001 --warmup 1 --pause 0.01 --retries 1 "
-        "--backoff-base 0.01 --backoff-max 0.02 "
-        f"--max-retry-wait 5 --seed 7 --run-id closed1 --save {save} --no-progress "
-        "--header 'X-Llmlat-Test: 1' --output closed"
+        f"--concurrency 1,2 --requests 4 --url {sim} --api openai-chat --model m1 --timeout-s 30 "
+        "--no-stream --max-tokens 4 --think-time-s 0.001 --warmup 1 --pause-s 0.01 --retries 1 "
+        "--backoff-base-s 0.01 --backoff-max-s 0.02 "
+        f"--max-retry-wait-s 5 --seed 7 --run-id closed1 --save {save} --no-progress "
+        "--headers 'X-Llmlat-Test: 1' --output closed"
     )
     ip.run_line_magic("llmsweep", line)
     res = ip.user_ns["closed"]
@@ -235,7 +240,7 @@ def test_every_option_reaches_the_sweep(
 
     ip.run_line_magic(
         "llmsweep",
-        "-r 40,80 --duration 0.25 --arrival gamma --burstiness 2 --max-in-flight 3 "
+        "-r 40,80 --duration-s 0.25 --arrival gamma --burstiness 2 --max-in-flight 3 "
         "--warmup-s 0.05 --api anthropic-messages --max-tokens 4 --prompt 'hi there' -o opened "
         "--no-progress",
     )
@@ -253,7 +258,7 @@ def test_preset_starts_a_simulator_for_the_run(ip: InteractiveShell) -> None:
     _, _, err = _captured(
         ip.run_line_magic,
         "llmsweep",
-        "-c 2 -n 3 --preset instant --model llmlat-sim -o inst --no-progress",
+        "-c 2 -n 3 --simulator instant --model llmlat-sim -o inst --no-progress",
     )
     inst = ip.user_ns["inst"]
     assert inst.meta["simulator"]["t0_s"] == 0.0 and inst.meta["simulator"]["output_tokens"] == 16
@@ -306,22 +311,25 @@ def test_config_lists_the_options(ip: InteractiveShell) -> None:
 @pytest.mark.parametrize(
     ("line", "body", "needle"),
     [
-        ("-n 3", "hi", "one of the arguments --concurrency --rate --trace is required"),
-        ("-c abc", "hi", "expected comma-separated numbers"),
-        ("-c 1 --wat", "hi", "unrecognized arguments: --wat"),
-        ("-c 1 -r 2", "hi", "not allowed with"),
+        ("-n 3", "hi", "--concurrency: give exactly one of --concurrency, --rate and --trace"),
+        ("-c 1 --concurency 2", "hi", r"--concurency: unknown option \(did you mean --concurr"),
+        ("-c abc", "hi", "--concurrency: 'abc' is not allowed"),
+        ("-c 1 --wat", "hi", "--wat: unknown option"),
+        ("-c 1 -r 2", "hi", "--concurrency: give exactly one of"),
         ("-c 1 -o 9lives", "hi", "not a valid variable name"),
         ("-c 1 -o class", "hi", "not a valid variable name"),
         ("-c 1 --model 'unclosed", "hi", "cannot split the options"),
         ("-c 1", '{"messages": [', "cell body: not valid JSON"),
         ("-c 1 --prompt hey", "body too", "in the cell body or with --prompt"),
         ("-c 1 --payload /nonexistent/p.json", None, "payload: cannot read"),
-        ("-c 1 --api grpc", "hi", "invalid choice: 'grpc'"),
-        ("-c 1 --preset nope", "hi", "preset: unknown 'nope'"),
-        ("-c 0", "hi", "concurrency"),
-        ("-c 1 --url ftp://127.0.0.1:21", "hi", "expected http"),
+        ("-c 1 --api grpc", "hi", r"--api: 'grpc' is not allowed \(one of openai-chat"),
+        ("-c 1 --simulator nope", "hi", "--simulator: unknown 'nope'"),
+        ("-c 0", "hi", "--concurrency: "),
+        ("-c 1 -n 2,3", "hi", "--requests: give one value or one per level"),
+        ("-c 1 --timeout-s -1", "hi", "--timeout-s: "),
+        ("-c 1 --url ftp://127.0.0.1:21", "hi", "--url: expected http"),
         ("-c 1 --url http://127.0.0.1:{closed}", "hi", "cannot reach http://127.0.0.1"),
-        ("-c 1 --header nocolon", "hi", "expected 'Name: value'"),
+        ("-c 1 --headers nocolon", "hi", "--headers: 'nocolon' is not allowed"),
         ("-c 1 --api-key-env LLMLAT_TEST_UNSET_VAR", "hi", "LLMLAT_TEST_UNSET_VAR"),
     ],
 )
@@ -344,12 +352,46 @@ def test_usage_error_shows_as_one_line_in_a_cell(ip: InteractiveShell) -> None:
 
 
 def test_help(ip: InteractiveShell) -> None:
+    from llmlat.config import option_specs
+
     assert ip.run_line_magic("llmsweep", "--help") is None
     _, out, _ = _captured(ip.run_line_magic, "llmsweep", "-h")
-    for flag in ("--concurrency", "--rate", "--requests", "--output", "--api-key-env", "--save"):
-        assert flag in out
+    for flag in ["-c N", "-r R", "-n N", "--output", *(o.flag for o in option_specs())]:
+        assert flag in out, flag
+    assert "%%llmsweep [options]" in out and "::" not in out
     _, out, _ = _captured(ip.run_line_magic, "llmsim", "--help")
-    assert "--queue-limit" in out and "--preset" in out
+    assert "--queue-limit" in out and "--preset" in out and "usage: %llmsim" in out
+    _, out, _ = _captured(ip.run_line_magic, "llmfit", "--help")
+    assert "usage: %llmfit" in out and "%%llmfit" not in out
+
+
+def test_every_option_has_help(ip: InteractiveShell) -> None:
+    from llmlat.ipython import _fit_parser, _sim_parser, _sweep_parser
+
+    for parser in (_sweep_parser(), _sim_parser(), _fit_parser()):
+        for action in parser._actions:
+            assert action.help, (parser.prog, action.dest)
+
+
+def test_help_alone_in_a_cell(ip: InteractiveShell) -> None:
+    outcome, out, err = _captured(ip.run_cell, "%%llmsweep --help")
+    assert outcome.success and "--concurrency" in out and "UsageError" not in out + err
+    outcome, out, err = _captured(ip.run_cell, "%%llmsweep -h\n\n")
+    assert outcome.success and "--concurrency" in out
+
+
+def test_config_traits_are_the_options(ip: InteractiveShell, config_reset: LLMSweep) -> None:
+    from llmlat.config import option_specs
+
+    assert set(config_reset.trait_names(config=True)) == {o.name for o in option_specs()}
+    for spec in option_specs():
+        assert config_reset.traits()[spec.name].help == spec.help
+    ip.run_line_magic("config", "LLMSweep.requests = [2, 3]")
+    ip.run_line_magic("config", "LLMSweep.concurrency = [1, 2]")
+    ip.run_line_magic("config", "LLMSweep.simulator = 'instant'")
+    ip.run_line_magic("config", "LLMSweep.progress = False")
+    res = ip.run_line_magic("llmsweep", "-o per_level")
+    assert res.requests.groupby("level").size().tolist() == [2, 3]
 
 
 def test_api_key_never_shown(
@@ -364,14 +406,14 @@ def test_api_key_never_shown(
         "hi",
     )
     keyed = ip.user_ns["keyed"]
-    shown = [out, err, summary.to_string(), repr(keyed), keyed._repr_html_()]
+    shown = [out, err, repr(summary), repr(keyed), keyed._repr_html_()]
     shown += [keyed.requests.to_string(), json.dumps(keyed.meta, default=str)]
     shown += [p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()]
     assert keyed.requests["ok"].all()
     assert keyed.meta["api_key_env"] == "LLMLAT_TEST_KEY"
     assert not [s for s in shown if SENTINEL_KEY in s]
     with pytest.raises(UsageError) as info:  # an error message does not leak it either
-        ip.run_cell_magic("llmsweep", "-c 1 --api-key-env LLMLAT_TEST_KEY --timeout -1", "hi")
+        ip.run_cell_magic("llmsweep", "-c 1 --api-key-env LLMLAT_TEST_KEY --timeout-s -1", "hi")
     assert SENTINEL_KEY not in str(info.value)
 
 
@@ -381,7 +423,7 @@ def test_magic_from_a_plain_thread(ip: InteractiveShell, sim: str) -> None:
     def target() -> None:
         try:
             line = "-c 2 -n 4 -o threaded --no-progress"
-            box["summary"] = ip.run_cell_magic("llmsweep", line, "hi")
+            box["result"] = ip.run_cell_magic("llmsweep", line, "hi")
         except BaseException as exc:
             box["error"] = exc
 
@@ -389,7 +431,7 @@ def test_magic_from_a_plain_thread(ip: InteractiveShell, sim: str) -> None:
     thread.start()
     thread.join()
     assert "error" not in box, box.get("error")
-    assert list(box["summary"]["n"]) == [4]
+    assert list(box["result"].summary()["n"]) == [4]
     assert ip.user_ns["threaded"].requests["ok"].all()
 
 
@@ -420,7 +462,7 @@ if {uvloop!r}:
 else:
     summary = asyncio.run(cell())
 res = ip.user_ns["res"]
-assert list(summary["n"]) == [3, 3], summary
+assert list(summary.summary()["n"]) == [3, 3], summary
 assert res.requests["ok"].all() and len(ip.user_ns["res2"].requests) == 2
 print("RESULT", "patched" if hasattr(asyncio, "_nest_patched") else "unpatched")
 ip.run_line_magic("llmsim", "stop")

@@ -1,7 +1,8 @@
 """Real kernels: every notebook in notebooks/ runs top to bottom, and the stop button works.
 
 The kernel is this interpreter's ipykernel, through a kernelspec written to a temporary
-directory (so the test never depends on what kernels the machine has registered).
+directory (``kernel_manager`` and ``run_notebook`` in conftest.py), so the test never depends on
+what kernels the machine has registered.
 """
 
 from __future__ import annotations
@@ -10,32 +11,24 @@ import json
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from ipykernel.kernelspec import write_kernel_spec
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import KernelManager
-from nbclient import NotebookClient
 
 pytestmark = pytest.mark.magics
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-KERNEL = "llmlat-test"
-
-
-@pytest.fixture(scope="module")
-def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecManager:
-    root = tmp_path_factory.mktemp("kernels")
-    write_kernel_spec(root / KERNEL)  # argv runs sys.executable -m ipykernel_launcher
-    return KernelSpecManager(kernel_dirs=[str(root)])
+# the quickstart exercises the extension; the analysis notebooks (minutes of sweeps) add no
+# IPython coverage, so the Python 3.13 rerun (-m magics) skips them
+ANALYSIS = [p for p in NOTEBOOKS if not p.stem.startswith("01-")]
 
 
 @pytest.fixture
-def kernel(kernel_specs: KernelSpecManager, tmp_path: Path) -> Iterator[Any]:
-    km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
+def kernel(kernel_manager: Any, tmp_path: Path) -> Iterator[Any]:
+    km = kernel_manager()
     km.start_kernel(cwd=str(tmp_path))
     client = km.client()
     client.start_channels()
@@ -49,31 +42,44 @@ def test_the_quickstart_exists() -> None:
     assert "01-quickstart.ipynb" in [p.name for p in NOTEBOOKS]
 
 
-# the quickstart exercises the extension; the analysis notebooks (minutes of sweeps) add no
-# IPython coverage, so the Python 3.13 rerun (-m magics) skips them
+def _execute(run_notebook: Any, path: Path, datasets: Path) -> Any:
+    nb = nbformat.read(path, as_version=4)
+    # the notebooks save what they measure; a test run must not rewrite the committed datasets
+    return run_notebook(nb, cwd=path.parent, env={"LLMLAT_DATASETS_DIR": str(datasets)})
+
+
+@pytest.fixture(scope="module")
+def notebook_runs(
+    request: pytest.FixtureRequest, run_notebook: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[Path, Future]]:
+    """The notebooks this session selected, all started at once, each in its own kernel.
+
+    They spend their time waiting on simulated replicas, not computing, so side by side they
+    take about as long as the longest alone; each test then waits for its own notebook.
+    """
+    selected = {
+        item.callspec.params.get("path")
+        for item in request.session.items
+        if item.originalname == "test_notebook_runs_clean" and hasattr(item, "callspec")
+    }
+    paths = [p for p in NOTEBOOKS if p in selected]
+    with ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
+        yield {
+            p: pool.submit(_execute, run_notebook, p, tmp_path_factory.mktemp(p.stem))
+            for p in paths
+        }
+
+
 _NOTEBOOK_PARAMS = [
-    pytest.param(p, marks=() if p.stem.startswith("01-") else pytest.mark.analysis, id=p.stem)
+    pytest.param(p, marks=pytest.mark.analysis if p in ANALYSIS else (), id=p.stem)
     for p in NOTEBOOKS
 ]
 
 
 @pytest.mark.parametrize("path", _NOTEBOOK_PARAMS)
-def test_notebook_runs_clean(
-    path: Path, kernel_specs: KernelSpecManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # the notebooks save what they measure; a test run must not rewrite the committed datasets
-    monkeypatch.setenv("LLMLAT_DATASETS_DIR", str(tmp_path))
-    nb = nbformat.read(path, as_version=4)
-    km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=kernel_specs)
-    runner = NotebookClient(
-        nb,
-        km=km,
-        timeout=300,
-        allow_errors=False,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    runner.execute(cleanup_kc=True)  # raises CellExecutionError on the first failing cell;
-    # cleanup_kc: shut the kernel down although we, not nbclient, made its manager
+def test_notebook_runs_clean(path: Path, notebook_runs: dict[Path, Future]) -> None:
+    nb = notebook_runs[path].result()
+    # execution raised CellExecutionError on the first failing cell; nothing printed one either
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             assert out.get("output_type") != "error"

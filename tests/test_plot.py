@@ -428,10 +428,9 @@ def test_figure_has_a_png_repr_for_ipython(closed):
     assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_notebook_shows_each_returned_figure_once(closed, tmp_path):
+def test_notebook_shows_each_returned_figure_once(closed, run_notebook, tmp_path):
     # a real kernel, with and without %matplotlib inline; pyplot never holds our figures
     nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
     path = closed.save(tmp_path / "sweep.parquet")
     cells = [
         f"import llmlat\nfrom llmlat import plot\ns = llmlat.read({str(path)!r})",
@@ -440,7 +439,7 @@ def test_notebook_shows_each_returned_figure_once(closed, tmp_path):
         "fig = plot.latency(s)\nprint(plt.get_fignums())",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    run_notebook(nb, cwd=tmp_path, timeout=120)
     for cell in nb.cells[1:3]:
         images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
         assert len(images) == 1, cell.outputs

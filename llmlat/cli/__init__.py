@@ -1,8 +1,9 @@
-"""The ``llmlat`` command: ``llmlat sim``, ``llmlat sweep``, ``llmlat demo``, ...
+"""The ``llmlat`` command: ``llmlat sim``, ``llmlat sweep``, ``llmlat demo``, ``llmlat report``.
 
-Each subcommand lives next to the code it drives and registers itself here through an
-``add_parser(subparsers)`` function that sets ``func`` (taking the parsed args, returning an
-exit code). Bad options exit with code 2 and a one-line message, as argparse does.
+Each subcommand lives in a module of this package with an ``add_parser(subparsers)`` function
+that sets ``func`` (taking the parsed args, returning an exit code). A bad option or input is
+one line, ``llmlat: --flag: what is wrong (what is allowed)``, and exit code 2
+(:data:`~llmlat.cli.options.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -12,30 +13,42 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from llmlat.cli.options import EXIT_CODES, OneLineParser, flag_message
+
 __all__ = ["main"]
 
-# modules that each contribute one or more subcommands through add_parser(subparsers)
+# modules that each contribute one subcommand through add_parser(subparsers)
 _COMMANDS = (
     "llmlat.cli.sweep",
     "llmlat.cli.sim",
     "llmlat.cli.read",
-    "llmlat.report",
-    "llmlat.demo",
+    "llmlat.cli.report",
+    "llmlat.cli.demo",
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser with every subcommand registered."""
+def build_parser() -> OneLineParser:
+    """Return the argument parser with every subcommand registered.
+
+    Returns
+    -------
+    OneLineParser
+    """
     from llmlat._version import __version__
 
-    parser = argparse.ArgumentParser(
+    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
+    parser = OneLineParser(
         prog="llmlat",
         description="Measure how concurrency changes LLM API latency.",
+        epilog=f"exit codes:\n{codes}\n\n`llmlat COMMAND --help` lists a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"llmlat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
         importlib.import_module(name).add_parser(sub)
+    for command in sub.choices.values():  # main() reports late errors in its flags' spelling
+        command.set_defaults(command_parser=command)
     return parser
 
 
@@ -50,15 +63,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        The process exit code: 0 on success, 2 on bad usage, 130 when interrupted.
+        The process exit code (:data:`~llmlat.cli.options.EXIT_CODES`): 0 on success, 2 on
+        bad usage, 3 when a sweep had no successful request, 130 when interrupted.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    command: OneLineParser = args.command_parser
+    if extras:
+        command.unknown(extras)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("llmlat: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError) as exc:  # bad input found after parsing: exit 2
-        print(f"llmlat {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, TypeError, FileNotFoundError) as exc:  # bad input found after parsing
+        # an error naming an option (`slots: ...`) shows its flag (`--slots: ...`)
+        flags = {
+            flag[2:].replace("-", "_"): flag
+            for action in command._actions
+            for flag in action.option_strings
+            if flag.startswith("--")
+        }
+        print(f"llmlat: {flag_message(exc, flags)}", file=sys.stderr)
         return 2

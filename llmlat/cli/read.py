@@ -39,7 +39,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from llmlat.results import read, recover
     from llmlat.results.savepath import journal_in_use, journal_path
-    from llmlat.summary import brief
 
     path: Path = args.path
     journal = journal_path(path)
@@ -51,9 +50,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"recovered {len(result.requests)} requests from {journal} into {path}")
         return 0
     result = read(path)
-    print(repr(result))
-    table = brief(result.summary())
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+    print(repr(result))  # the headline and the per-level table
     if running:
         print(f"{journal}: a sweep is still writing it; these are its rows so far", file=sys.stderr)
     elif journal.exists():

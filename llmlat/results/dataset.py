@@ -34,7 +34,6 @@ import importlib
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
@@ -43,6 +42,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmlat._display import compact, to_text
+from llmlat.redact import credential_header, redact
 from llmlat.results.savepath import (
     attempts_path,
     check_save_path,
@@ -60,7 +61,7 @@ from llmlat.schema import (
     Record,
     coerce,
 )
-from llmlat.summary import brief, summarize
+from llmlat.summary import summarize
 
 __all__ = ["DatasetWriter", "SweepResult", "read", "recover"]
 
@@ -82,17 +83,6 @@ _REPR_LEVELS = 8  # a longer list of levels is abridged in the reprs
 
 # ---------------------------------------------------------------- secrets and JSON-safe meta
 
-_SECRET_KEY = re.compile(
-    r"^(authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-goog-api-key"
-    r"|api[-_]?key|access[-_]?key)$|secret|password|passwd"
-    r"|(^|[-_])(access|auth|bearer|session|refresh|id)[-_]?token$",
-    re.IGNORECASE,
-)
-_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:]*(:[^/\s@]*)?@")
-_URL_SECRET_PARAM = re.compile(
-    r"(?i)([?&](?:api[-_]?key|key|token|access[-_]?token|sig|signature)=)[^&#\s]+"
-)
 _MIN_SECRET_LEN = 6  # shorter env values would redact ordinary text
 
 
@@ -116,11 +106,7 @@ def _env_secrets(meta: Any) -> list[str]:
 
 
 def _scrub(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, _REDACTED)
-    text = _BEARER.sub(rf"\1 {_REDACTED}", text)
-    text = _URL_USERINFO.sub(r"\1", text)
-    return _URL_SECRET_PARAM.sub(rf"\1{_REDACTED}", text)
+    return redact(text, secrets)
 
 
 def _json_default(value: Any) -> Any:
@@ -148,7 +134,7 @@ def _plain(value: Any, where: str, secrets: Sequence[str]) -> Any:
         out = {}
         for key, item in value.items():
             name = str(key)
-            secret = _SECRET_KEY.search(name) and not (
+            secret = credential_header(name) and not (
                 item is None or (isinstance(item, str) and not item)
             )
             out[name] = _REDACTED if secret else _plain(item, f"{where}[{name!r}]", secrets)
@@ -220,12 +206,11 @@ def _rows(frame: pd.DataFrame) -> list[list[Any]]:
 
 
 def _scrub_errors(frame: pd.DataFrame, secrets: Sequence[str]) -> pd.DataFrame:
-    if not secrets or not len(frame):
+    if not len(frame):
         return frame
     error = frame["error"]
-    for secret in secrets:
-        error = error.str.replace(secret, _REDACTED, regex=False)
-    return frame.assign(error=error)
+    masked = {text: _scrub(text, secrets) for text in error.dropna().unique()}
+    return frame.assign(error=error.map(masked, na_action="ignore").astype(error.dtype))
 
 
 # ---------------------------------------------------------------- SweepResult
@@ -463,15 +448,15 @@ class SweepResult:
 
     def __repr__(self) -> str:
         parts, counts = self._headline()
-        return f"SweepResult({', '.join([*parts, counts])})"
+        head = f"SweepResult({', '.join([*parts, counts])})"
+        table = compact(self.summary())
+        return head if table.empty else f"{head}\n{to_text(table)}"
 
     def _repr_html_(self) -> str:
         parts, counts = self._headline()
         head = " · ".join(html.escape(p) for p in [*parts, counts])
-        body = brief(self.summary()).to_html(
-            index=False, na_rep="–", float_format=lambda v: f"{v:.4g}", border=0
-        )
-        return f"<div><p><b>llmlat sweep</b> · {head}</p>{body}</div>"
+        table = to_text(compact(self.summary()), html=True)
+        return f"<div><p><b>llmlat sweep</b> · {head}</p>{table}</div>"
 
 
 # ---------------------------------------------------------------- files

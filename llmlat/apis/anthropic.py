@@ -1,0 +1,80 @@
+"""Anthropic's messages API.
+
+A stream is a series of typed events (``message_start``, ``content_block_delta``, ``ping``,
+``message_delta``, ``message_stop``, ``error``); the answer ends at ``message_stop``. Generated
+content is a delta of text, thinking or tool input (``partial_json``). ``input_tokens`` excludes
+cache reads and writes; ``prompt_tokens`` counts them all, as OpenAI's does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmlat.apis.base import BodyResult, Endpoint, StreamParser, as_int
+
+__all__ = ["ANTHROPIC_VERSION", "MessagesEndpoint"]
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+_DELTA_KEYS = ("text", "thinking", "partial_json")
+
+
+def anthropic_usage(out: Any, usage: dict[str, Any]) -> None:
+    """Copy Anthropic usage onto ``out`` (``output_tokens`` is cumulative: the last wins)."""
+    inp = as_int(usage.get("input_tokens"))
+    if inp is not None:
+        read = as_int(usage.get("cache_read_input_tokens"))
+        write = as_int(usage.get("cache_creation_input_tokens")) or 0
+        out.prompt_tokens = inp + (read or 0) + write
+        if read is not None:
+            out.cached_tokens = read
+    completion = as_int(usage.get("output_tokens"))
+    if completion is not None:
+        out.completion_tokens = completion
+
+
+class MessagesStream(StreamParser):
+    """Stream parser of ``/v1/messages``."""
+
+    __slots__ = ()
+    _what = "anthropic-messages event"
+
+    def _event(self, obj: dict[str, Any]) -> None:
+        kind = obj.get("type")
+        if kind == "content_block_delta":
+            delta = obj["delta"]
+            for key in _DELTA_KEYS:
+                value = delta.get(key)
+                if value and isinstance(value, str):
+                    self._content()
+                    break
+        elif kind == "message_stop":
+            self._end()
+        elif not self._error(obj):
+            usage = obj.get("usage")
+            if usage is None and isinstance(obj.get("message"), dict):
+                usage = obj["message"].get("usage")
+            if isinstance(usage, dict):
+                anthropic_usage(self, usage)
+
+
+class MessagesEndpoint(Endpoint):
+    """``anthropic-messages``: ``POST /v1/messages``."""
+
+    api = "anthropic-messages"
+    path = "/v1/messages"
+    _parser = MessagesStream
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        """Request headers: ``anthropic-version``, and ``x-api-key`` when a key is given."""
+        headers = {"Content-Type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
+
+    def _body_content(self, obj: dict[str, Any]) -> bool:
+        blocks = obj["content"]
+        return any(b.get("text") or b.get("thinking") or b.get("input") for b in blocks)
+
+    def _body_usage(self, out: BodyResult, usage: dict[str, Any]) -> None:
+        anthropic_usage(out, usage)

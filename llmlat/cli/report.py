@@ -1,0 +1,48 @@
+"""``llmlat report DATASET``: fit a queueing model to a saved sweep and write an HTML report."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``llmlat report DATASET``.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The ``llmlat`` command's subparsers.
+    """
+    parser = subparsers.add_parser(
+        "report",
+        help="write an HTML report (summary, fit, plan, figures) of a saved dataset",
+        description="Fit a queueing model to a saved sweep and write an HTML report.",
+    )
+    parser.add_argument("dataset", help="a dataset written by llmlat (sweep --save, .save())")
+    parser.add_argument("--out", default="report", help="report folder (default: report)")
+    parser.add_argument(
+        "--model",
+        default="auto",
+        help="queueing model to fit: auto, mm1, mmc, mgc, closed or batch (default: auto)",
+    )
+    parser.add_argument("--p95-s", type=float, metavar="S", help="p95 latency target of the plan")
+    parser.add_argument("--rpm", type=float, help="the provider's requests-per-minute limit")
+    parser.add_argument("--tpm", type=float, help="the provider's tokens-per-minute limit")
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from llmlat.report import build_report
+    from llmlat.results import read
+
+    result = read(args.dataset)
+    report = build_report(
+        result, args.out, model=args.model, p95_s=args.p95_s, rpm=args.rpm, tpm=args.tpm
+    )
+    for note in report.notes:
+        print(f"note: {note}")
+    print(f"report: {report.path}")
+    return 0

