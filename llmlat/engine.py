@@ -115,11 +115,13 @@ class Sweeper:
         self._save = (
             None if cfg.save is None else check_save_path(cfg.save, overwrite=cfg.overwrite)
         )
-        most = [p.workers or p.max_in_flight for p in self._plans]
+        # room for a socket per request in flight (two with an in-process simulator, which
+        # holds the other end); None: an open loop without a cap
+        caps = [c for p in self._plans if (c := p.workers or p.max_in_flight) is not None]
         ensure_open_files(
-            None if None in most else max(most),
-            2 if cfg.url is None and not cfg.simulator_process else 1,  # a simulator in-process
-            "concurrency" if self._plans[0].workers else "max_in_flight",  # holds both ends
+            max(caps) if len(caps) == len(self._plans) else None,
+            2 if cfg.url is None and not cfg.simulator_process else 1,
+            "concurrency" if self._plans[0].workers else "max_in_flight",
         )
         self._run_id = cfg.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         self._meta: dict[str, Any] = {}
