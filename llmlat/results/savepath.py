@@ -59,6 +59,8 @@ def lock_journal(file: IO[str]) -> bool:
         fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
+    except OSError:  # a file system without locks (NFS without lockd): go on unlocked
+        pass
     return True
 
 
@@ -83,7 +85,7 @@ def journal_in_use(journal: Path) -> bool:
                 fcntl.flock(file.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
                 return True
-    except FileNotFoundError:
+    except OSError:  # gone, unreadable, or no locks on this file system: not known to be live
         return False
     return False
 
