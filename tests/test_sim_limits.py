@@ -138,3 +138,20 @@ def test_every_request_received_gets_an_outcome():
     truth = run(go())
     assert truth["outcome"].tolist() == ["disconnected"]
     assert truth["t_end"].notna().all()
+
+
+def test_requests_cut_off_by_a_stop_get_an_outcome():
+    async def go():
+        sim = Simulator(t0_s=10.0, output_tokens=2, output_dist="fixed")
+        async with aiohttp.ClientSession() as session:
+            async with sim:
+                sent = asyncio.create_task(
+                    call(session, sim.url, "openai-chat", body_for("openai-chat"))
+                )
+                while sim.truth()["t_service_start"].isna().all():
+                    await asyncio.sleep(0.005)
+            await sent
+        return sim.truth()
+
+    truth = run(go())
+    assert truth["outcome"].tolist() == ["disconnected"] and truth["t_end"].notna().all()
