@@ -14,7 +14,11 @@ the meta and column names, then one line per appended batch, ``{"r": [[values...
 flushed to the OS as one write, so a crash or Ctrl-C of the process loses nothing already
 appended; a last line cut short by a crash is skipped). ``close()`` writes the three files
 (each to a temporary name, then renamed) and removes the journal. :func:`read` prefers the journal
-when one exists and then sets ``meta["complete"] = False``; a closed writer sets it True.
+when one exists and then sets ``meta["complete"] = False``; a closed writer sets it True. The
+journal of a sweep that never closed its writer (crash, ``kill -9``) stays until
+:func:`recover` (``llmlat read PATH --recover``) turns it into the dataset; a new writer refuses
+to replace it, or any dataset, unless given ``overwrite=True``
+(:mod:`llmlat.results.savepath` checks the path and locks a live journal).
 
 Secrets: ``meta`` is normalized to plain JSON at construction and scrubbed there, so neither a
 repr nor a saved file can show a credential: values under key names such as ``authorization`` or
