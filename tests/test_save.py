@@ -68,7 +68,7 @@ def test_rerun_with_the_same_path_refuses_and_overwrite_replaces(sim, tmp_path):
     first = llmlat.sweep(url=sim.url, model="m", save=path, run_id="first", **QUICK)
     before = received(sim)
     with pytest.raises(
-        ValueError, match=r"save: .*run\.parquet exists.*overwrite=True.*--overwrite"
+        ValueError, match=r"^save: .*run\.parquet exists; set overwrite to replace it$"
     ):
         llmlat.sweep(url=sim.url, model="m", save=path, run_id="second", **QUICK)
     assert received(sim) == before
@@ -90,7 +90,8 @@ def test_a_crashed_runs_journal_is_never_replaced_and_read_says_how_to_keep_it(
     code = main(["sweep", "--url", sim.url, "--model", "m", "--concurrency", "1",
                  "--requests", "2", "--save", str(path), "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err
-    assert code == 2 and "crashed.parquet.journal" in err and "--overwrite" in err
+    assert code == 2 and "crashed.parquet.journal" in err and "set --overwrite to replace" in err
+    assert "----" not in err and len(err.strip().splitlines()) == 1
     assert len(read(path).requests) == 142
     # `llmlat read` shows the rows and says how to keep them; --recover keeps them
     assert main(["read", str(path)]) == 0

@@ -144,7 +144,8 @@ def check_save_path(path: str | os.PathLike[str], *, overwrite: bool = False) ->
     existing = _existing(path)
     if existing is not None and (existing[1] or not overwrite):
         text, running = existing
-        how = "" if running else "; pass overwrite=True (--overwrite) to replace it"
+        # the CLI and the magic spell option names as flags: "set --overwrite" there
+        how = "" if running else "; set overwrite to replace it"
         raise ValueError(f"save: {text}{how}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
