@@ -77,8 +77,8 @@ class ChatStream(_OpenAIStream):
             value = part.get(key)
             if value and isinstance(value, str):
                 return True
-        calls = part.get("tool_calls")
-        return bool(calls) and any((c.get("function") or {}).get("arguments") for c in calls)
+        calls = part.get("tool_calls") or ()
+        return any((c.get("function") or {}).get("arguments") for c in calls)
 
 
 class CompletionsStream(_OpenAIStream):

@@ -288,9 +288,10 @@ class _Connection(asyncio.Protocol):
         self._until_close = False
         self._reused = False
         self.idle_s = pool.idle_s
+        self.transport: asyncio.Transport
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's
 
     def begin(self, done: asyncio.Future[None], response: Response, reused: bool) -> None:
         """Expect the answer to a request about to be written."""
