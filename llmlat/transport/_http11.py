@@ -26,6 +26,7 @@ import re
 import ssl
 import time
 from collections.abc import Callable, Mapping
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
