@@ -355,7 +355,7 @@ class SweepResult:
         for item in results:
             if not isinstance(item, SweepResult):
                 raise ValueError(f"results: expected SweepResult, got {type(item).__name__}")
-        kinds = {r.level_kind for r in results} - {None}
+        kinds = {r.level_kind for r in results if r.level_kind is not None}
         if len(kinds) > 1:
             raise ValueError(f"level_kind: cannot combine {' and '.join(sorted(kinds))} sweeps")
         if len(results) < 2:
@@ -625,8 +625,8 @@ def _read_journal(journal: Path) -> SweepResult:
     }
     # rows were journalled as they finished: restore the order a live result has
     for name, keys in (("requests", ["request_id"]), ("attempts", ["request_id", "attempt"])):
-        if frames[name] is not None:
-            frames[name] = frames[name].sort_values(keys, kind="stable", ignore_index=True)
+        if (frame := frames[name]) is not None:
+            frames[name] = frame.sort_values(keys, kind="stable", ignore_index=True)
     meta = {**meta, "complete": False}
     return _build(journal, frames["requests"], frames["attempts"], frames["levels"], meta)
 

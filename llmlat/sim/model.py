@@ -646,7 +646,7 @@ class Replica:
             self.engine.submit(seq)
 
     def _unstall(self, seq: Sequence) -> None:
-        self.stalls.discard(seq.timer)  # type: ignore[arg-type]
+        self.stalls.discard(seq.timer)
         seq.timer = None
         self.engine.submit(seq)
 

@@ -33,6 +33,7 @@ API_PATHS = {
     "anthropic-messages": "/v1/messages",
 }
 
+_WORDS: tuple[str, ...]  # grows below
 _WORDS = ("the", "replica", "answers", "each", "request", "with", "a", "steady", "stream")
 _WORDS += (
     "of",
@@ -422,7 +423,7 @@ class Formatter:
         if self.api == "openai-completions":
             return b""
         u = self.usage
-        message = {
+        message: dict[str, Any] = {
             "id": self.id,
             "type": "message",
             "role": "assistant",

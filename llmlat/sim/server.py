@@ -187,8 +187,8 @@ class _Api:
             row.t_first_token = row.t_last_token = now
             row.completion_tokens = seq.n_tokens
             body = fmt.start() + fmt.tokens(0, seq.n_tokens, bad_at) + fmt.end()
-            response = web.Response(body=body, headers={**headers, **_SSE_HEADERS})
-            return self._finish(row, row.outcome or "ok", response)
+            whole = web.Response(body=body, headers={**headers, **_SSE_HEADERS})
+            return self._finish(row, row.outcome or "ok", whole)
         response = web.StreamResponse(headers={**headers, **_SSE_HEADERS})
         row.status = 200
         await response.prepare(request)
