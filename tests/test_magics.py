@@ -43,6 +43,8 @@ def ip() -> Iterator[InteractiveShell]:
     shell.run_line_magic("load_ext", "llmlat")
     yield shell
     shell.run_line_magic("unload_ext", "llmlat")
+    # %config values live in the shared shell's config: the next module starts without them
+    shell.config.pop("LLMSweep", None)
 
 
 @pytest.fixture
