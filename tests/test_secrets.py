@@ -17,7 +17,7 @@ import pytest
 from hostile import HostileServer, serving_in_a_thread
 from IPython.core.interactiveshell import InteractiveShell
 
-from llmlat.client import Client, Target
+from llmlat.client import Client, Target, _request_headers
 from llmlat.engine import Sweeper
 from llmlat.redact import redact
 from llmlat.report import write_report
@@ -108,22 +108,16 @@ def test_notebook_output_of_a_sweep_against_an_echoing_server(monkeypatch):
 
 
 def test_a_key_over_plain_http_to_another_host_warns_before_any_connection(monkeypatch):
+    # the request headers are built before any connection: no client is opened to another host
     monkeypatch.setenv("LLMLAT_HOSTILE_KEY", KEY)
-
-    async def start(url, **target):
-        # entering the client makes no connection: the warning comes before any traffic
-        async with Client(Target(url, **target), run_id="w", t0_ns=0):
-            pass
-
     with pytest.warns(UserWarning, match=r"credentials over plain http to api\.example\.com"):
-        asyncio.run(start("http://api.example.com/v1", api_key_env="LLMLAT_HOSTILE_KEY"))
+        _request_headers(Target("http://api.example.com/v1", api_key_env="LLMLAT_HOSTILE_KEY"))
     with pytest.warns(UserWarning, match="plain http"):
-        asyncio.run(start("http://10.1.2.3:8000", headers={"x-api-key": AZURE}))
+        _request_headers(Target("http://10.1.2.3:8000", headers={"x-api-key": AZURE}))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        asyncio.run(start("http://127.0.0.1:9", api_key_env="LLMLAT_HOSTILE_KEY"))
-        asyncio.run(start("https://api.example.com", api_key_env="LLMLAT_HOSTILE_KEY"))
-        asyncio.run(start("http://api.example.com"))  # no credentials: nothing to warn about
+        _request_headers(Target("http://127.0.0.1:9", api_key_env="LLMLAT_HOSTILE_KEY"))
+        _request_headers(Target("https://api.example.com", api_key_env="LLMLAT_HOSTILE_KEY"))
 
 
 def test_a_key_with_a_line_break_is_refused_naming_the_variable_only(monkeypatch):
