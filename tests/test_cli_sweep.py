@@ -191,7 +191,10 @@ def test_client_bound_levels_get_a_warning(capsys):
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["swep"], "COMMAND: 'swep' is not allowed (one of sweep, sim, report, demo; did you mean"),
+        (
+            ["swep"],
+            "COMMAND: 'swep' is not allowed (one of sweep, sim, read, report, demo; did you mean",
+        ),
         (["report"], "dataset: required"),
         (["report", "x.parquet", "--p95", "2"], "--p95: unknown option (did you mean --p95-s?)"),
         (["demo", "--simulator", "nope"], "--simulator: unknown 'nope'"),
