@@ -71,6 +71,8 @@ class _Estimate:
     profile: dict[int, float]
     p: dict
     cov: np.ndarray
+    #: integer -> best continuous parameters there (log scale), where profiled
+    thetas: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 class _Problem:
@@ -137,7 +139,8 @@ class _Problem:
         """Log-likelihood of every request (maximum likelihood works on binned times)."""
         if self.method != "ml":
             return float(np.sum(self.llobs_full(k)(theta)))
-        return float(np.sum(self.model.loglikeobs(self.params(theta, k), self.obs)))
+        info = np.repeat(_information(self.obs), [len(t) for t in self.obs.times])
+        return float(info @ self.model.loglikeobs(self.params(theta, k), self.obs))
 
     def lower_bound(self, k: int | None) -> float:
         """Smallest log mu for which an open M/M/c is stable at every level."""
@@ -235,18 +238,32 @@ class _Problem:
 _BINS = 2000
 
 
+def _information(obs: Observed) -> np.ndarray:
+    """Per level: the information of one request relative to an independent draw, 1 / vif.
+
+    Consecutive requests share queue states, so n correlated requests carry the information
+    of about n / vif independent ones (vif from batch means, :mod:`llmlat.stats`); weighting
+    each request's log-likelihood by 1 / vif makes the curvature, the profile over the integer
+    and every interval honest about it (a quasi-likelihood).
+    """
+    vif = obs.levels["vif"].to_numpy(dtype=np.float64) if "vif" in obs.levels else None
+    if vif is None:
+        return np.ones(len(obs.levels))
+    return 1.0 / np.where(np.isfinite(vif), np.clip(vif, 1.0, None), 1.0)
+
+
 def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
     times, weights = [], []
-    for t in obs.times:
+    for t, info in zip(obs.times, _information(obs), strict=True):
         if len(t) <= 2 * _BINS:
             times.append(t)
-            weights.append(np.ones(len(t)))
+            weights.append(np.full(len(t), info))
             continue
         s = np.sort(t)
         edges = np.linspace(0, len(s), _BINS + 1).astype(np.int64)[:-1]
         counts = np.diff(np.append(edges, len(s)))
         times.append(np.add.reduceat(s, edges) / counts)
-        weights.append(counts.astype(np.float64))
+        weights.append(info * counts.astype(np.float64))
     return replace(obs, times=times), np.concatenate(weights)
 
 
@@ -357,7 +374,8 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
     theta_full, cov, llf = _statsmodels_fit(problem, theta, k, llf)
     if k is not None:
         prof[k] = max(prof[k], llf)
-    return _Estimate(theta_full, k, llf, prof, problem.params(theta_full, k), cov)
+    thetas = {j: v[0] for j, v in cache.items()} if k is not None else {}
+    return _Estimate(theta_full, k, llf, prof, problem.params(theta_full, k), cov, thetas)
 
 
 def _check_saturation(model: Model, obs: Observed, cache: dict, hi: int) -> None:
@@ -920,11 +938,20 @@ class FitResult:
         # a bounded parameter's interval stays within its bounds (join_steps in [0.001, 1])
         lo, hi = self._problem._bounds(self._est.k, len(self._est.theta))
         rows = {}
+        centres = [th]
         if m.integer:
             rows[m.integer] = self._integer_interval(alpha)
+            # the joint set projected: each continuous interval spans its optimum at every
+            # integer inside the integer's interval (c and mu trade off against each other)
+            a, b = rows[m.integer]
+            centres += [v[:nfree] for j, v in self._est.thetas.items() if a <= j <= b]
+        low, high = np.min(centres, axis=0), np.max(centres, axis=0)
         with np.errstate(over="ignore"):  # an unidentified parameter: (0, inf)
-            for i, (name, t, s) in enumerate(zip(m.free, th, se, strict=True)):
-                rows[name] = (np.exp(max(t - z * s, lo[i])), np.exp(min(t + z * s, hi[i])))
+            for i, name in enumerate(m.free):
+                rows[name] = (
+                    np.exp(max(low[i] - z * se[i], lo[i])),
+                    np.exp(min(high[i] + z * se[i], hi[i])),
+                )
         return pd.DataFrame(rows, index=["lower", "upper"]).T
 
     def _integer_interval(self, alpha: float) -> tuple[float, float]:

@@ -39,9 +39,9 @@ Definitions (per level; warmup rows are left out unless asked for):
   number in flight inside the window, ``lambda`` the rows started in it per second and ``W``
   their mean latency. Near 0 in a steady state; large when the queue grows or drains.
 - ``steady``: the level reached a steady state, by three checks that must all pass:
-  enough data (at least ``max(20, 2 * population)`` rows past the transient, the population
-  being the concurrency of a ``concurrency`` level and the mean number in flight otherwise, and a
-  steady window long enough for the throughput); a constant completion rate
+  enough data (``n >= max(20, 3 * population)``, the population being the concurrency of a
+  ``concurrency`` level and the mean number in flight otherwise, and a steady window long
+  enough for the throughput); a constant completion rate
   (completions in the two halves of the time between the first and last end differ by at most
   10% plus two Poisson standard deviations); and no latency drift (the median latency of the
   rows started in the second half of the span is within a factor 1.5 of the first half's, or
@@ -103,7 +103,7 @@ SUMMARY_COLUMNS: dict[str, str] = {
 
 # steady-state and client-bound thresholds (see the module docstring)
 _MIN_REQUESTS = 20
-_MIN_ROUNDS = 2
+_MIN_ROUNDS = 3
 _RATE_SLACK = 0.10
 _DRIFT_FACTOR = 1.5
 _DRIFT_ALPHA = 0.01
@@ -347,7 +347,7 @@ def _level_stats(
     stats["lag_p99_s"] = float(np.percentile(lag, 99)) if len(lag) else math.nan
     stats["littles_law_rel_err"] = _little(start[done], end[done], span)
     population = float(key["level"]) if kind == "concurrency" else stats["mean_in_flight"]
-    enough = windowed and int(steady.sum()) >= max(
+    enough = windowed and n >= max(
         _MIN_REQUESTS, _MIN_ROUNDS * math.ceil(population) if population == population else 0
     )
     stats["steady"] = _steady(start[done], end[done], latency[done], enough, population)
