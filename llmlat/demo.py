@@ -104,16 +104,8 @@ def run_demo(
     if report.fit is not None:
         # the summary holds the parameters' 95% confidence intervals
         say("\n" + str(report.fit.summary()))
-    plan = report.plan
-    if plan is not None and plan.concurrency >= 1:
-        say(
-            f"\nPlan for p95 <= {p95_s:g} s: at most {plan.concurrency} requests in flight "
-            f"or {plan.rate_rps:.2f} requests/s (utilization "
-            f"{plan.utilization_at_max_rate:.0%} of the fitted capacity "
-            f"{plan.capacity_rps:.2f} requests/s; bound: {plan.binding})."
-        )
-    elif plan is not None:
-        say(f"\nPlan for p95 <= {p95_s:g} s: no load meets it, even one request alone.")
+    if report.plan is not None:
+        say("\n" + report.plan.describe())
     say(f"\nreport: {report.path.resolve()}")
     return report.path
 
