@@ -16,7 +16,7 @@ import pandas as pd
 from llmlat import stats
 from llmlat.summary import summarize
 
-__all__ = ["QUANTILES", "Observed", "is_level_table", "observe", "resample"]
+__all__ = ["QUANTILES", "Observed", "is_level_table", "latency_levels", "observe", "resample"]
 
 #: stat name -> quantile probability (None: the mean): the statistics a fit can use.
 QUANTILES: dict[str, float | None] = {
@@ -149,14 +149,20 @@ def _from_requests(
                 "refused with 429 or retried; measure at lower load, or pass max_refused=None "
                 "to fit them anyway"
             )
-        if refused.size:
+        if refused.size and kind == "rate":
+            notes.append(
+                f"levels {_fmt(refused)}: more than {max_refused:.0%} of their requests were "
+                "refused with 429 or retried; fitted as overloaded (their throughput measures "
+                "capacity, their latency is not used)"
+            )
+        elif refused.size:
             ok &= ~np.isin(lv_all, refused)
             notes.append(
                 f"levels {_fmt(refused)} left out: more than {max_refused:.0%} of their "
                 "requests were refused with 429 or retried, which a queueing model without "
                 "admission control does not describe (max_refused=None keeps them)"
             )
-    dropped = {float(v): "refused (429) or retried" for v in refused}
+    dropped = {} if kind == "rate" else {float(v): "refused (429) or retried" for v in refused}
     levels = np.unique(lv_all[ok & steady])
     for v in np.setdiff1d(np.setdiff1d(np.unique(lv_all), levels), refused):
         why = "no successful request" if not (ok & (lv_all == v)).any() else "no steady state"
@@ -180,6 +186,9 @@ def _from_requests(
     else:
         table["tokens_mean"] = np.nan
     table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
+    # an open level that refuses requests truncates its queue: its latency is not an M/M/c one
+    shed = _refused_levels(req, lv_all, _SHED) if kind == "rate" else refused
+    table["overloaded"] = _overloaded(table, kind, np.union1d(refused, shed))
     w = table["n"].to_numpy(dtype=np.float64)
     good = np.isfinite(table["think_s"].to_numpy())
     think = float(np.average(table["think_s"][good], weights=w[good])) if good.any() else np.nan
@@ -231,6 +240,49 @@ def _throughput(req: pd.DataFrame) -> pd.Series:
     return table.groupby("level")["throughput_rps"].mean()
 
 
+#: An open level is overloaded when its throughput falls short of the offered rate by more than
+#: this many Poisson standard errors (and by more than :data:`_SHORT` of it).
+_SIGMAS = 2.0
+_SHORT = 0.02
+#: An open level refusing more than this share of its requests is fitted by its throughput.
+_SHED = 0.01
+
+
+def _overloaded(table: pd.DataFrame, kind: str, refused: np.ndarray) -> np.ndarray:
+    """Open levels past capacity: served less than offered, or mostly refused.
+
+    Their latency describes a queue that grows (or a queue cap), not a steady state; their
+    throughput is the capacity. A closed level is never overloaded (its clients wait).
+    """
+    if kind != "rate":
+        return np.zeros(len(table), bool)
+    lam = table["level"].to_numpy(dtype=np.float64)
+    x = table["throughput_rps"].to_numpy(dtype=np.float64)
+    n = np.fmax(table["n"].to_numpy(dtype=np.float64), 1.0)
+    short = x < lam * (1 - np.fmax(_SIGMAS / np.sqrt(n), _SHORT))
+    return (short & np.isfinite(x)) | np.isin(lam, refused)
+
+
+def latency_levels(obs: Observed) -> Observed:
+    """The levels whose latency a steady-state model describes (not overloaded).
+
+    Parameters
+    ----------
+    obs : Observed
+        Every level.
+
+    Returns
+    -------
+    Observed
+        The same with the overloaded levels left out.
+    """
+    if "overloaded" not in obs.levels or not obs.levels["overloaded"].any():
+        return obs
+    keep = ~obs.levels["overloaded"].to_numpy(bool)
+    times = None if obs.times is None else [t for t, k in zip(obs.times, keep, strict=True) if k]
+    return replace(obs, levels=obs.levels[keep].reset_index(drop=True), times=times)
+
+
 def _fmt(levels: np.ndarray) -> str:
     return "[" + ", ".join(f"{v:g}" for v in levels) + "]"
 
@@ -268,6 +320,7 @@ def _from_levels(tab: pd.DataFrame, metric: str, level_kind: str | None) -> Obse
     out["throughput_rps"] = col("throughput_rps")
     out["tokens_mean"] = col("completion_tokens_mean")
     out["think_s"] = col("think_s")
+    out["overloaded"] = _overloaded(out, kind, np.empty(0))
     think = col("think_s")
     return Observed(
         kind,

@@ -158,8 +158,13 @@ class Model:
             return np.where(np.isfinite(mean), mean + (ratio - 1.0) * service, np.inf)
 
     def _quantile(self, p: dict, loads: np.ndarray, kind: str, prob: float) -> np.ndarray:
-        if self.name == "mgc":
+        # a measured service CV (set only where it is clearly not 1): the general service law
+        if "cv_s" in p and (self.name == "mgc" or kind == "rate"):
             return q.mgc_response_quantile(prob, loads, p["mu"], p["c"], p["cv_s"])
+        if "cv_s" in p:
+            return q.closed_mgc_response_quantile(
+                prob, loads.astype(np.int64), p["mu"], p["c"], p["think_s"], p["cv_s"]
+            )
         if kind == "rate":
             stable = loads < p["c"] * p["mu"]
             res = np.full(loads.shape, np.inf)

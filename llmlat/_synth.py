@@ -241,6 +241,7 @@ def mgc_sweep(
     cv_s: float = 1.0,
     queue_cap: int | None = None,
     seed: int = 0,
+    length: float = 1.0,
 ) -> pd.DataFrame:
     """Simulate a whole sweep as llmlat runs it, on c FCFS servers (M/G/c), exactly.
 
@@ -266,6 +267,8 @@ def mgc_sweep(
         Most requests waiting (not in service) in an open level; more are refused.
     seed : int, default 0
         Seed.
+    length : float, default 1.0
+        Multiplies every level's default length.
 
     Returns
     -------
@@ -278,6 +281,7 @@ def mgc_sweep(
     out = []
     for value in levels:
         reqs, dur = default_length(kind, value)
+        reqs, dur = int(length * (reqs or 0)), length * (dur or 0.0)
         free = [0.0] * c
         rows = []  # (sent, start, end, worker, ok)
         if kind == "concurrency":

@@ -40,7 +40,7 @@ from scipy import optimize, stats
 from statsmodels.base.model import GenericLikelihoodModel
 from statsmodels.iolib.summary2 import Summary
 
-from llmlat._aggregate import QUANTILES, Observed, observe, resample
+from llmlat._aggregate import QUANTILES, Observed, latency_levels, observe, resample
 from llmlat._models import MODELS, Model
 
 __all__ = ["MAX_REFUSED", "FitResult", "Plan", "compare", "fit"]
@@ -79,7 +79,25 @@ class _Problem:
     """One model, one data set, one estimation method: the objective for each integer."""
 
     def __init__(self, model: Model, obs: Observed, method: str, stat: str, fixed: dict):
-        self.model, self.obs, self.method, self.stat, self.fixed = model, obs, method, stat, fixed
+        self.model, self.method, self.stat, self.fixed = model, method, stat, fixed
+        # overloaded open levels: their throughput is evidence of capacity, not their latency
+        self.all, self.obs = obs, latency_levels(obs)
+        flag = obs.levels["overloaded"].to_numpy(bool) if "overloaded" in obs.levels else None
+        if flag is None or not flag.any():
+            self.x_over = self.se_over = self.lam_over = np.empty(0)
+        else:
+            x = obs.levels["throughput_rps"].to_numpy(dtype=np.float64)[flag]
+            n = np.fmax(obs.levels["n"].to_numpy(dtype=np.float64)[flag], 1.0)
+            self.x_over, self.se_over = x, x / np.sqrt(n)
+            self.lam_over = obs.levels["level"].to_numpy(dtype=np.float64)[flag]
+        if len(self.obs.levels) == 0:
+            raise ValueError(
+                "level: every level is overloaded (throughput short of the offered rate); "
+                "the capacity is about "
+                f"{np.nanmax(self.x_over):.3g} req/s, but the service time needs levels below "
+                "it: measure at lower rates"
+            )
+        obs = self.obs
         lv = obs.levels
         self.loads = lv["level"].to_numpy(dtype=np.float64)
         if method == "wls":
@@ -97,9 +115,21 @@ class _Problem:
                 ratio = fixed["tokens"] / lv["tokens_mean"].to_numpy(dtype=np.float64)
                 ratio = np.where(np.isfinite(ratio), ratio, 1.0)
                 self.y, self.se = self.y * ratio, self.se * ratio
+            self.se = np.concatenate([self.se, self.se_over])
         self.nobs = len(lv) if method == "wls" else int(sum(len(t) for t in obs.times))
+        self.nobs += len(self.x_over)
         if method == "ml":
             self.binned, self.weights = _bin_times(obs)
+
+    def _over_resid(self, p: dict) -> np.ndarray:
+        """Standardised residuals of the overloaded levels' throughput: min(lambda, capacity)."""
+        if not len(self.x_over):
+            return self.x_over
+        return (self.x_over - np.minimum(self.lam_over, self.model.capacity(p))) / self.se_over
+
+    def _over_llobs(self, p: dict) -> np.ndarray:
+        r = self._over_resid(p)
+        return -0.5 * _LOG2PI - np.log(self.se_over) - 0.5 * r**2
 
     def params(self, theta: np.ndarray, k: int | None) -> dict:
         return self.model.params(theta[: len(self.model.free)], k, self.fixed)
@@ -108,14 +138,17 @@ class _Problem:
         p = self.params(theta, k)
         think = p.get("level_think_s")
         pred = self.model.predict(p, self.loads, self.obs.kind, (self.stat,), think)
-        r = (self.y - pred[f"{self.stat}_s"]) / self.se
+        r = (self.y - pred[f"{self.stat}_s"]) / self.se[: len(self.y)]
+        r = np.concatenate([r, self._over_resid(p)])
         return np.where(np.isfinite(r), r, 1e6)
 
     def llf(self, theta: np.ndarray, k: int | None) -> float:
         """Log-likelihood, with the WLS scale concentrated out."""
         with np.errstate(all="ignore"):
             if self.method == "ml":
-                v = float(self.weights @ self.model.loglikeobs(self.params(theta, k), self.binned))
+                p = self.params(theta, k)
+                v = float(self.weights @ self.model.loglikeobs(p, self.binned))
+                v += float(np.sum(self._over_llobs(p)))
             else:
                 r = self._resid(theta, k)
                 s2 = max(float(np.mean(r**2)), 1e-16)
@@ -126,7 +159,13 @@ class _Problem:
     def llobs_full(self, k: int | None):
         """Per-observation log-likelihood of all parameters (WLS: log scale last)."""
         if self.method == "ml":
-            return lambda th: self.weights * self.model.loglikeobs(self.params(th, k), self.binned)
+
+            def ml(th):
+                p = self.params(th, k)
+                lat = self.weights * self.model.loglikeobs(p, self.binned)
+                return np.concatenate([lat, self._over_llobs(p)])
+
+            return ml
 
         def fn(th):
             s = np.exp(th[-1]) * self.se
@@ -140,7 +179,9 @@ class _Problem:
         if self.method != "ml":
             return float(np.sum(self.llobs_full(k)(theta)))
         info = np.repeat(_information(self.obs), [len(t) for t in self.obs.times])
-        return float(info @ self.model.loglikeobs(self.params(theta, k), self.obs))
+        p = self.params(theta, k)
+        lat = float(info @ self.model.loglikeobs(p, self.obs))
+        return lat + float(np.sum(self._over_llobs(p)))
 
     def lower_bound(self, k: int | None) -> float:
         """Smallest log mu for which an open M/M/c is stable at every level."""
@@ -359,16 +400,16 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
         lo, hi = model.int_range(problem.obs)
         if problem.method == "ml" and candidates is None:
             # cheap per-level profile first, then a short walk on the full likelihood
-            coarse_prob = _Problem(model, problem.obs, "wls", "mean", problem.fixed)
+            coarse_prob = _Problem(model, problem.all, "wls", "mean", problem.fixed)
             coarse = _profile(coarse_prob, lo, hi)
             k0 = max(coarse, key=lambda j: coarse[j][1])
-            _check_saturation(model, problem.obs, coarse, hi)
+            _check_saturation(model, problem.all, coarse, hi)
             cache = _walk(problem, k0, lo, hi, {j: v[0] for j, v in coarse.items()})
         else:
             cache = _profile(problem, lo, hi, candidates)
         k = max(cache, key=lambda j: cache[j][1])
         if candidates is None:
-            _check_saturation(model, problem.obs, cache, hi)
+            _check_saturation(model, problem.all, cache, hi)
         theta, llf = cache[k]
         prof = {j: v[1] for j, v in sorted(cache.items())}
     theta_full, cov, llf = _statsmodels_fit(problem, theta, k, llf)
@@ -400,7 +441,7 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
         r = problem._resid(theta, k)
         start = np.append(theta, 0.5 * np.log(max(float(np.mean(r**2)), 1e-16)))
         names.append("log_scale")
-    nobs = problem.nobs if problem.method == "wls" else len(problem.weights)
+    nobs = problem.nobs if problem.method == "wls" else len(problem.weights) + len(problem.x_over)
     mod = _Likelihood(problem.llobs_full(k), nobs, names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -468,15 +509,29 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
             fixed["gamma"] = 1.0 if gamma is None else float(gamma)
-    if model.name == "mgc":
+    if model.family == "mmc":
         if cv_s is None:
             lv = obs.levels.iloc[0]
             cv_s = float(lv["std_s"] / lv["mean_s"])
-            if not np.isfinite(cv_s):
+            if not np.isfinite(cv_s) and model.name == "mgc":
                 raise ValueError("cv_s: the data has no spread at the lightest level; pass cv_s")
-            notes.append(f"service-time CV {cv_s:.3g} taken from the lightest level")
-        fixed["cv_s"] = float(cv_s)
+            if np.isfinite(cv_s) and (model.name == "mgc" or _not_exponential(cv_s, lv["n"])):
+                notes.append(
+                    f"service-time CV {cv_s:.3g} taken from the lightest level; quantiles "
+                    "use that service law (M/G/c), not the exponential one"
+                )
+        if np.isfinite(cv_s) and (model.name == "mgc" or _not_exponential(cv_s, np.inf)):
+            fixed["cv_s"] = float(cv_s)
     return fixed, notes
+
+
+def _not_exponential(cv: float, n: float) -> bool:
+    """Whether a measured service-time CV is clearly not the exponential law's 1.
+
+    The sampling error of a CV near 1 over n draws is about 1 / sqrt(n); three of them, and
+    never less than 0.15 (where the exact M/M/c quantiles are kept).
+    """
+    return bool(abs(cv - 1.0) > max(0.15, 3.0 / np.sqrt(max(float(n), 1.0))))
 
 
 def _pick_model(name: str, obs: Observed, gamma) -> Model:
@@ -657,8 +712,12 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
 def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> FitResult:
     model = _pick_model(name, obs, opts["gamma"])
     meth = _method(model, obs, method, stat)
-    _check_levels(model, obs, meth)
     fixed, notes = _fixed(model, obs, **opts)
+    if method == "auto" and meth == "ml" and "cv_s" in fixed and model.name != "mgc":
+        # the likelihood is that of exponential service: misspecified here; fit the means
+        meth = "wls"
+        notes.append("service not exponential: fitted by least squares on the level means")
+    _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
     res = FitResult(problem, _estimate(problem), list(obs.notes) + notes)
     if model.family != "batch" or len(obs.levels) < 7:
@@ -943,7 +1002,7 @@ class FitResult:
 
     # -- per-level view -------------------------------------------------------------------
     def _levels_table(self) -> pd.DataFrame:
-        obs = self._problem.obs.levels
+        obs = self._problem.all.levels
         s = self.stat
         p = self._est.p
         pred = self._model.predict(
@@ -956,6 +1015,8 @@ class FitResult:
         out[f"{s}_pred_s"] = pred[f"{s}_s"]
         out["resid_s"] = out[f"{s}_s"] - out[f"{s}_pred_s"]
         out["resid_rel"] = out["resid_s"] / out[f"{s}_pred_s"]
+        if "overloaded" in obs:  # fitted by its throughput only
+            out["overloaded"] = obs["overloaded"].to_numpy(bool)
         x = out["throughput_rps"].where(out["throughput_rps"].notna(), out["throughput_pred_rps"])
         out["utilization"] = x / self.capacity_rps
         return out.set_index("level")
@@ -1066,7 +1127,7 @@ class FitResult:
         return lo, hi
 
     def _bootstrap(self, alpha: float, n_boot: int, seed: int) -> pd.DataFrame:
-        obs = self._problem.obs
+        obs = self._problem.all
         if obs.times is None:
             raise ValueError("method: bootstrap needs per-request data, not a per-level table")
         rng = np.random.default_rng(seed)
@@ -1234,7 +1295,7 @@ class FitResult:
         if tpm is not None:
             tok = tokens_per_request
             if tok is None:
-                obs = self._problem.obs
+                obs = self._problem.all
                 tok = np.nansum([obs.tokens, obs.prompt_tokens])
                 if not tok > 0:
                     raise ValueError(
