@@ -510,18 +510,21 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
         if "gamma" not in model.free:
             fixed["gamma"] = 1.0 if gamma is None else float(gamma)
     if model.family == "mmc":
-        if cv_s is None:
+        given = cv_s is not None
+        if not given:
             lv = obs.levels.iloc[0]
             cv_s = float(lv["std_s"] / lv["mean_s"])
             if not np.isfinite(cv_s) and model.name == "mgc":
                 raise ValueError("cv_s: the data has no spread at the lightest level; pass cv_s")
-            if np.isfinite(cv_s) and (model.name == "mgc" or _not_exponential(cv_s, lv["n"])):
+        if np.isfinite(cv_s) and (
+            model.name == "mgc" or given or _not_exponential(cv_s, obs.levels["n"].iloc[0])
+        ):
+            fixed["cv_s"] = float(cv_s)
+            if not given:
                 notes.append(
                     f"service-time CV {cv_s:.3g} taken from the lightest level; quantiles "
                     "use that service law (M/G/c), not the exponential one"
                 )
-        if np.isfinite(cv_s) and (model.name == "mgc" or _not_exponential(cv_s, np.inf)):
-            fixed["cv_s"] = float(cv_s)
     return fixed, notes
 
 
