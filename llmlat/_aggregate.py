@@ -189,6 +189,18 @@ def _from_requests(
     # an open level that refuses requests truncates its queue: its latency is not an M/M/c one
     shed = _refused_levels(req, lv_all, _SHED) if kind == "rate" else refused
     table["overloaded"] = _overloaded(table, kind, np.union1d(refused, shed))
+    if kind == "rate":  # served less than offered while the latency keeps growing
+        # the whole level, transient included: a queue that never stops growing is all transient
+        whole = np.isfinite(values) & answered
+        growing = np.array(
+            [
+                stats.grows(values[whole & (lv_all == v)][np.argsort(start[whole & (lv_all == v)])])
+                for v in levels
+            ],
+            dtype=bool,
+        )
+        short = table["throughput_rps"].to_numpy() < table["level"].to_numpy()
+        table["overloaded"] |= growing & short
     w = table["n"].to_numpy(dtype=np.float64)
     good = np.isfinite(table["think_s"].to_numpy())
     think = float(np.average(table["think_s"][good], weights=w[good])) if good.any() else np.nan
@@ -249,7 +261,7 @@ _SHED = 0.01
 
 
 def _overloaded(table: pd.DataFrame, kind: str, refused: np.ndarray) -> np.ndarray:
-    """Open levels past capacity: served less than offered, or mostly refused.
+    """Open levels past capacity: served clearly less than offered, or refusing.
 
     Their latency describes a queue that grows (or a queue cap), not a steady state; their
     throughput is the capacity. A closed level is never overloaded (its clients wait).

@@ -42,6 +42,7 @@ __all__ = [
     "QUANTILES",
     "batch_means",
     "column",
+    "grows",
     "mean_interval",
     "mser5",
     "ok_mask",
@@ -159,6 +160,35 @@ def mser5(values: np.ndarray) -> int:
     score = sse / count**2
     half = k // 2 + 1
     return 5 * int(np.argmin(score[:half]))
+
+
+def grows(values: np.ndarray, factor: float = 1.5, alpha: float = 0.001) -> bool:
+    """Whether a sequence keeps growing: a queue that never reaches a steady state.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Latencies in send order (NaN-free).
+    factor : float, default 1.5
+        The last quarter's mean must exceed the first quarter's by this factor...
+    alpha : float, default 0.001
+        ...and the rank correlation with the send order be significant at this level.
+
+    Returns
+    -------
+    bool
+        False for fewer than 8 values.
+    """
+    n = len(values)
+    if n < 8:
+        return False
+    q = n // 4
+    if not values[-q:].mean() > factor * values[:q].mean():
+        return False
+    from scipy.stats import spearmanr  # lazy: scipy is slow to import
+
+    rho, p = spearmanr(np.arange(n), values)
+    return bool(rho > 0 and p < alpha)
 
 
 def transient_mask(
