@@ -680,8 +680,20 @@ def _max_refused(value: object) -> float | None:
 
 
 def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
-    """Rank every applicable model by least-squares AIC, refit the best with ``method``."""
-    table, fits = _compare(obs, None, stat, opts)
+    """Rank every applicable model by least-squares AIC, refit the best with ``method``.
+
+    Level means alone hardly tell c exponential servers from a batching server (both are flat,
+    then linear in N). The requests do: at the lightest level a batch's latency is its output
+    length times a step time, far less variable than an exponential service. So when the
+    lightest level's CV is that of an exponential law, only the M/M/c family is ranked.
+    """
+    names = None
+    if obs.times is not None and opts["cv_s"] is None:
+        light = obs.levels.iloc[0]
+        cv = float(light["std_s"] / light["mean_s"])
+        if np.isfinite(cv) and not _not_exponential(cv, light["n"]):
+            names = [m for m in _MODEL_NAMES if m != "batch" and obs.kind in MODELS[m].kinds]
+    table, fits = _compare(obs, names, stat, opts)
     ok = table[table["aic"].notna()]
     if ok.empty:
         if obs.times is None or method == "wls":
@@ -709,6 +721,11 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
         )
     else:
         res.notes.append(f"model chosen by AIC among {', '.join(ok.index)}")
+    if names is not None:
+        res.notes.append(
+            f"service-time CV {cv:.2g} at the lightest level, as for exponential service: "
+            "batching (near-constant service per output length) not considered"
+        )
     return res
 
 
