@@ -18,6 +18,7 @@ import numpy as np
 import llmlat
 from llmlat import queueing
 from llmlat._synth import mgc_sweep, mmc_closed_requests, mmc_open_requests
+from llmlat.summary import summarize
 
 C, MU = 4, 2.0
 CLOSED_LEVELS = [1, 2, 4, 8, 16]
@@ -53,7 +54,7 @@ def bench_fits(rows: int) -> None:
 def bench_typical() -> None:
     """A typical %llmfit sweep: 10 closed levels at llmlat's default lengths (targets 1 s, 3 s)."""
     data = mgc_sweep("concurrency", [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], MU, 16, seed=3)
-    base, _ = timed(lambda: llmlat.summary.summarize(data))
+    base, _ = timed(lambda: summarize(data))
     for model, target in (("mmc", 1.0), ("auto", 3.0)):
         secs, res = timed(lambda m=model: llmlat.fit(data, model=m))
         print(

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from llmlat import stats
-from llmlat.summary import summarize
 
 __all__ = ["QUANTILES", "Observed", "is_level_table", "latency_levels", "observe", "resample"]
 
@@ -125,8 +124,8 @@ def _from_requests(
     if col not in req or "level" not in req:
         raise ValueError(f"data: requests table needs columns 'level' and {col!r}")
     kind = _kind(req, level_kind)
-    throughput = _throughput(req)
     phase = stats.phases(req)
+    throughput = _throughput(req, phase)
     req = req[phase != "warmup"]
     steady = phase[phase != "warmup"] == "measure"
     values = req[col].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -217,20 +216,6 @@ def _from_requests(
     return obs
 
 
-_TIMING = (
-    "run_id",
-    "level_kind",
-    "level",
-    "phase",
-    "ok",
-    "status",
-    "t_scheduled",
-    "t_sent",
-    "t_end",
-    "latency_s",
-)
-
-
 def _refused_levels(req: pd.DataFrame, levels: np.ndarray, share: float) -> np.ndarray:
     """Levels where more than ``share`` of the rows were refused (429) or retried."""
     hit = np.zeros(len(req), dtype=bool)
@@ -242,14 +227,22 @@ def _refused_levels(req: pd.DataFrame, levels: np.ndarray, share: float) -> np.n
     return rates.index[rates > share].to_numpy(dtype=np.float64)
 
 
-def _throughput(req: pd.DataFrame) -> pd.Series:
-    """Per level: the steady-window completion rate of :func:`llmlat.summary.summarize`.
+def _throughput(req: pd.DataFrame, phase: np.ndarray) -> pd.Series:
+    """Per level: :func:`llmlat.stats.throughput`, the summary's steady-window rate.
 
     One definition for the summary table and the fit; several runs of one level are averaged.
     """
-    cols = [c for c in _TIMING if c in req]
-    table = summarize(req[cols])
-    return table.groupby("level")["throughput_rps"].mean()
+    start, end = stats.row_times(req)
+    ok = stats.ok_mask(req)
+    keys = [k for k in ("run_id", "level") if k in req]
+    rates: dict[float, list[float]] = {}
+    for key, idx in req.groupby(keys, sort=False, dropna=False).indices.items():
+        level = float(key[-1] if isinstance(key, tuple) else key)
+        x = stats.throughput(
+            start[idx], end[idx], ok[idx], phase[idx] == "transient", phase[idx] != "warmup"
+        )[0]
+        rates.setdefault(level, []).append(x)
+    return pd.Series({k: float(np.mean(v)) for k, v in rates.items()})
 
 
 #: An open level is overloaded when its throughput falls short of the offered rate by more than

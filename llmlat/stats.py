@@ -419,7 +419,7 @@ def quantile_interval(
     tuple of float
         ``(estimate, low, high)``; a bound the sample is too small to give is NaN.
     """
-    from scipy.stats import quantile_test  # lazy: scipy is slow to import
+    from scipy.stats import binom  # lazy: scipy is slow to import
 
     n = len(values)
     if n == 0:
@@ -427,5 +427,11 @@ def quantile_interval(
     est = float(np.quantile(values, q))
     if n < 2:
         return est, math.nan, math.nan
-    ci = quantile_test(values, q=est, p=q).confidence_interval(confidence)
-    return est, float(ci.low), float(ci.high)
+    # the ranks of scipy.stats.quantile_test(...).confidence_interval(), without its search
+    x = np.sort(values)
+    alpha = 1.0 - confidence
+    lo_rank = int(binom.ppf(alpha / 2, n, q))
+    hi_rank = int(binom.isf(alpha / 2, n, q))
+    low = float(x[lo_rank - 1]) if lo_rank >= 1 else math.nan
+    high = float(x[hi_rank]) if hi_rank < n else math.nan
+    return est, low, high

@@ -93,3 +93,14 @@ def test_the_first_n_completions_of_a_closed_level_are_transient_and_left_out():
     assert row["latency_mean_s"] == pytest.approx(1.0)
     assert row["throughput_rps"] == pytest.approx(10.0)
     assert row["steady"]
+
+
+def test_quantile_interval_is_scipys_quantile_test_interval():
+    from scipy.stats import quantile_test
+
+    rng = np.random.default_rng(5)
+    for n, q in ((7, 0.5), (40, 0.95), (250, 0.99), (1000, 0.9)):
+        x = rng.exponential(1.0, n)
+        est, low, high = stats.quantile_interval(x, q)
+        ci = quantile_test(x, q=est, p=q).confidence_interval(0.95)
+        np.testing.assert_allclose([low, high], [ci.low, ci.high], equal_nan=True)
