@@ -692,7 +692,9 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
         light = obs.levels.iloc[0]
         cv = float(light["std_s"] / light["mean_s"])
         if np.isfinite(cv) and not _not_exponential(cv, light["n"]):
-            names = [m for m in _MODEL_NAMES if m != "batch" and obs.kind in MODELS[m].kinds]
+            # "closed" estimates a think time the data did not measure; here they did
+            skip = {"batch", "closed"} if np.isfinite(obs.think_s) else {"batch"}
+            names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
     table, fits = _compare(obs, names, stat, opts)
     ok = table[table["aic"].notna()]
     if ok.empty:
