@@ -125,7 +125,7 @@ class Model:
             service = p["tokens"] * (p["t0_s"] + p["t1_s"] * busy ** p["gamma"])
         elif kind == "rate":
             c, mu = p["c"], p["mu"]
-            cv2 = p["cv_s"] ** 2 if self.name == "mgc" else 1.0
+            cv2 = p.get("cv_s", 1.0) ** 2  # Allen-Cunneen with the measured service CV
             with np.errstate(divide="ignore"):
                 wq = q.erlang_c(c, loads / mu) / np.maximum(c * mu - loads, 0.0)
             mean = np.where(loads < c * mu, wq * (1.0 + cv2) / 2.0 + 1.0 / mu, np.inf)
