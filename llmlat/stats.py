@@ -324,7 +324,7 @@ def throughput(
     w = np.ones(len(start)) if weights is None else np.asarray(weights, dtype=np.float64)
     done = ok & np.isfinite(end)
     a, b = steady_window(start[measured], end[measured], transient[measured])
-    if not (done & measured).any() or math.isnan(a):
+    if math.isnan(a):
         return math.nan, False
     inside = done & (end > a) & (end <= b)
     if b > a and inside.sum() >= max(2, MIN_WINDOW_SHARE * (done & measured).sum()):
