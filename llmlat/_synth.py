@@ -316,7 +316,7 @@ def mgc_sweep(
         frame = _frame(value, kind, sent, start, end, [w if w >= 0 else None for w in worker])
         frame["ok"] = ok.astype(bool)
         frame["status"] = pd.array(np.where(ok, 200, 429), dtype="Int64")
-        frame["error_kind"] = pd.array(np.where(ok, None, "rate_limited"), dtype="string")
+        frame["error_kind"] = pd.array([None if o else "rate_limited" for o in ok], dtype="string")
         frame["attempts"] = 1
         out.append(frame)
     return pd.concat(out, ignore_index=True)

@@ -1297,8 +1297,8 @@ class FitResult:
             The bounds, the utilization there, which bound binds, and whether the target can
             be met at all.
         """
-        targets = {"p50": p50, "p95": p95, "p99": p99, "mean": mean}
-        targets = {k: v for k, v in targets.items() if v is not None}
+        asked = {"p50": p50, "p95": p95, "p99": p99, "mean": mean}
+        targets = {k: float(v) for k, v in asked.items() if v is not None}
         if len(targets) > 1:
             raise ValueError(f"target: give one of p50/p95/p99/mean, got {sorted(targets)}")
         if not targets and rpm is None and tpm is None and max_utilization is None:
@@ -1339,7 +1339,8 @@ class FitResult:
                 self._largest_n(lambda n, p=p: self._stat_at(p, n, "concurrency", stat) <= value)
                 for p in worst
             ]
-            max_n = None if any(n is None for n in ns) else min(ns)
+            known = [n for n in ns if n is not None]
+            max_n = min(known) if len(known) == len(ns) else None
             if not max_rate > 0:
                 feasible = False
                 max_rate, max_n = np.nan, None
