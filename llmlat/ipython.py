@@ -388,7 +388,11 @@ class LLMMagics(Magics):
         return parser.parse_args(argv)
 
     def _sweep_options(self, args: argparse.Namespace) -> dict[str, Any]:
-        options = {**self._configured(), **options_from_args(args)}
+        configured, given = self._configured(), options_from_args(args)
+        if "url" in given or "simulator" in given:  # the line's choice of target wins whole
+            configured.pop("url", None)
+            configured.pop("simulator", None)
+        options = {**configured, **given}
         if options.get("url") is None and options.get("simulator") is None and self.simulator:
             sim = self.simulator
             options["url"] = sim.url

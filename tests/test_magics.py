@@ -59,6 +59,7 @@ def config_reset(ip: InteractiveShell) -> Iterator[LLMSweep]:
     yield defaults
     for name in defaults.trait_names(config=True):
         setattr(defaults, name, None)
+    ip.config.pop("LLMSweep", None)  # %config also wrote the shell's config: a reload reads it
 
 
 def _closed_port() -> int:
@@ -403,6 +404,11 @@ def test_config_traits_are_the_options(ip: InteractiveShell, config_reset: LLMSw
     ip.run_line_magic("config", "LLMSweep.progress = False")
     table = ip.run_line_magic("llmsweep", "-o per_level")
     assert list(table["n"]) == [2, 3]
+    # the line's target replaces the configured one (url and simulator exclude each other)
+    ip.run_line_magic("config", "LLMSweep.simulator = None")
+    ip.run_line_magic("config", f"LLMSweep.url = 'http://127.0.0.1:{_closed_port()}'")
+    table = ip.run_line_magic("llmsweep", "--simulator mmc -o other_sim")
+    assert ip.user_ns["other_sim"].meta["simulator"]["mode"] == "mmc"
 
 
 def test_api_key_never_shown(
