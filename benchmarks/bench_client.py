@@ -10,7 +10,8 @@ Printed:
 
 1. CPU: zero delays, 128 in flight; client CPU milliseconds per 16-token request for
    ``Client.send`` (both transports) and the whole ``asweep``; baseline in the same run:
-   aiohttp's ``ClientSession`` reading each answer without parsing it.
+   aiohttp's ``ClientSession`` reading each answer without parsing it; and the floor, a raw
+   asyncio protocol that only reads (the event loop and system calls every client pays).
 2. Accuracy: ~20 ms to the first token, 2 ms between tokens, at 16 and 128 in flight
    (connections opened before the level, so connect excluded): p50 / p99 of client TTFT minus
    the server's (its log, joined on ``x-llmlat-request-id``); the same for aiohttp reading the
@@ -228,6 +229,41 @@ async def aiohttp_loop(url: str, n: int, requests: int) -> float:
         return await _closed_loop(worker, n, requests)
 
 
+class _Reader(asyncio.Protocol):
+    """The floor: a connection that only notes each read's time and spots the body's end."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.done: asyncio.Future | None = None
+
+    def data_received(self, data: bytes) -> None:
+        time.perf_counter_ns()
+        if data.endswith(b"0\r\n\r\n") and self.done is not None:
+            self.done.set_result(None)
+
+
+async def floor_loop(url: str, n: int, requests: int) -> float:
+    """What any asyncio client pays: the loop, the syscalls, one Python call per read."""
+    loop = asyncio.get_running_loop()
+    host, port = url.split("//")[1].split(":")
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    free = [(await loop.create_connection(_Reader, host, int(port)))[1] for _ in range(n)]
+
+    async def worker(count: int) -> None:
+        conn = free.pop()
+        for _ in range(count):
+            conn.done = loop.create_future()
+            conn.transport.write(request)
+            await conn.done
+        free.append(conn)
+
+    try:
+        return await _closed_loop(worker, n, requests)
+    finally:
+        for conn in free:
+            conn.transport.close()
+
+
 async def asweep_cpu(url: str, n: int, requests: int) -> float:
     import llmlat
 
@@ -371,6 +407,7 @@ def main() -> None:
                     lambda: llmlat_loop(server.url, 128, requests, "aiohttp"),
                 ),
                 ("aiohttp, no parsing (baseline)", lambda: aiohttp_loop(server.url, 128, requests)),
+                ("floor: raw protocol, no parsing", lambda: floor_loop(server.url, 128, requests)),
             ):
                 runs.setdefault(how, []).append(loop.run_until_complete(make()))
     finally:

@@ -29,6 +29,7 @@ import math
 import os
 import random
 import time
+import urllib.request
 import warnings
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -45,6 +46,7 @@ from llmlat.transport import (
     BadResponse,
     ConnectionFailed,
     Response,
+    Transport,
     make_transport,
     validate_headers,
 )
@@ -357,13 +359,19 @@ class Client:
         self.transport = transport
         self._endpoint = get_endpoint(target.api)
         self._url = self._endpoint.url(target.url)
-        self._pool: Any = None
+        self._pool: Transport | None = None
         self._secrets: list[str] = []
         self._last: tuple[Any, bytes] = (None, b"")
 
     async def __aenter__(self) -> Client:
         """Read the API key and make the connection pool (connections open as needed)."""
         headers = _request_headers(self.target)
+        if self.transport == "http11" and _proxy_for(self.target.url):
+            warnings.warn(
+                f"a proxy is set for {urlsplit(self.target.url).hostname} (HTTP(S)_PROXY), but the "
+                "http11 transport connects directly: use transport='aiohttp' to go through it",
+                stacklevel=2,
+            )
         self._pool = make_transport(self.transport, self._url, headers)
         self._secrets = remember(headers=headers)  # masked in every text while this is open
         return self
@@ -512,6 +520,7 @@ class Client:
         The verdict is ``"done"``, ``"retry"`` (worth another attempt by the policy) or
         ``"stale"`` (a reused connection the server had closed: try once more at once).
         """
+        assert self._pool is not None
         t0 = self.t0_ns
         resp = Response(parser.feed if parser is not None else None)
         out: StreamParser | BodyResult | None = parser
@@ -629,6 +638,17 @@ def _request_headers(target: Target) -> dict[str, str]:
             stacklevel=3,
         )
     return headers
+
+
+def _proxy_for(url: str) -> bool:
+    """Whether the environment routes ``url`` through a proxy (loopback targets never)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return (
+        not _loopback(host)
+        and parts.scheme in urllib.request.getproxies()
+        and not urllib.request.proxy_bypass(host)
+    )
 
 
 def _loopback(host: str) -> bool:

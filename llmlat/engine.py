@@ -30,11 +30,11 @@ import time
 import warnings
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from llmlat._fdlimit import ensure_open_files
 from llmlat._loop import loop_factory, run_coroutine
 from llmlat._notice import notice
 from llmlat._version import __version__
@@ -43,7 +43,7 @@ from llmlat.client import Client, FailFast, list_models
 from llmlat.config import SweepConfig, jsonable, with_options
 from llmlat.loadshapes import LevelPlan
 from llmlat.redact import redact_url
-from llmlat.results import DatasetWriter, SweepResult
+from llmlat.results import DatasetWriter, SweepResult, check_save_path
 from llmlat.schema import (
     Attempt,
     LevelStats,
@@ -60,7 +60,7 @@ __all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "sweep"]
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 
 _LAG_INTERVAL_S = 0.01  # event-loop lag sampling period
-_FLUSH_INTERVAL_S = 0.25  # how often finished rows go to the save file
+_FLUSH_INTERVAL_S = 0.2  # finished rows reach the save file within 0.25 s (timer lateness)
 _GRACE_S = 5.0  # after Ctrl-C in sweep(), how long requests in flight may take to finish
 _POSTFIX_INTERVAL_S = 0.5  # how often the progress bar's ok rate / p95 are recomputed
 _LEVEL_LABEL = {"concurrency": "N={:g}", "rate": "rate={:g}/s", "trace": "trace x{:g}"}
@@ -111,7 +111,18 @@ class Sweeper:
         self._fail_fast = FailFast()
         self._payload_of = _payload_source(payload, cfg.api, self._plans)
         self._payload_summary = _payload_summary(payload)
-        self._save = None if cfg.save is None else Path(cfg.save)
+        # issue 11: checked before anything is sent, so a bad path never costs a run
+        self._save = (
+            None if cfg.save is None else check_save_path(cfg.save, overwrite=cfg.overwrite)
+        )
+        # room for a socket per request in flight (two with an in-process simulator, which
+        # holds the other end); None: an open loop without a cap
+        caps = [c for p in self._plans if (c := p.workers or p.max_in_flight) is not None]
+        ensure_open_files(
+            max(caps) if len(caps) == len(self._plans) else None,
+            2 if cfg.url is None and not cfg.simulator_process else 1,
+            "concurrency" if self._plans[0].workers else "max_in_flight",
+        )
         self._run_id = cfg.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         self._meta: dict[str, Any] = {}
         self._issued: list[Record] = []  # every request issued, in request_id order
@@ -120,7 +131,7 @@ class Sweeper:
         self._levels: list[LevelStats] = []
         self._pending: tuple[list[Record], list[Attempt]] = ([], [])
         self._writer: DatasetWriter | None = None
-        self._last_flush = 0.0
+        self._flush_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         self._sleepers: set[asyncio.Future] = set()
@@ -231,7 +242,10 @@ class Sweeper:
             "payload_summary": self._payload_summary,
         }
         if self._save is not None:
-            self._writer = DatasetWriter(self._save, dict(self._meta))
+            self._writer = DatasetWriter(
+                self._save, dict(self._meta), overwrite=self.config.overwrite
+            )
+            self._flush_tick()
         self._bar = self._make_bar()
         # a full collection over everything imported so far (pandas, numpy, ...) pauses the
         # loop for tens of ms mid-level; frozen objects are skipped until the run ends
@@ -403,8 +417,6 @@ class Sweeper:
             if now - self._last_postfix >= _POSTFIX_INTERVAL_S:
                 self._last_postfix = now
                 self._bar.set_postfix_str(self._postfix(), refresh=False)
-        if self._writer is not None and now - self._last_flush >= _FLUSH_INTERVAL_S:
-            self._flush()
 
     def _cancel_unstarted(self) -> None:
         """Give a row to requests issued but cancelled before the client ever ran."""
@@ -457,11 +469,28 @@ class Sweeper:
     def _flush(self) -> None:
         records, attempts = self._pending
         self._pending = ([], [])
-        self._last_flush = time.perf_counter()
         if self._writer is not None and (records or attempts):
             self._writer.append(records, attempts)
 
+    def _flush_tick(self) -> None:
+        """Flush now and every _FLUSH_INTERVAL_S: rows reach the file even when nothing ends."""
+        assert self._loop is not None and self._writer is not None
+        try:
+            self._flush()
+        except OSError as exc:  # disk full, say: keep the rows in memory and stop the sweep
+            warnings.warn(
+                f"save: writing {self._save} failed ({exc.strerror or exc}); the sweep stops",
+                stacklevel=1,
+            )
+            self._writer.abort()
+            self._writer = None
+            self.stop()
+            return
+        self._flush_timer = self._loop.call_later(_FLUSH_INTERVAL_S, self._flush_tick)
+
     def _close_writer(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
         if self._writer is None:
             return
         self._flush()

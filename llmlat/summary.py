@@ -45,10 +45,16 @@ Definitions (per level; warmup rows are left out unless asked for):
   rows started in the second half of the span is within a factor 1.5 of the first half's, or
   the difference is not significant by a Mann-Whitney test at the 1% level). ``<NA>`` when the
   times needed are missing.
-- ``client_bound``: from the levels table (the engine's view of itself): the client's CPU use
-  exceeded 80% of a core, or its event-loop lag p99 exceeded 10% of the median latency (of the
-  ok rows; of all rows when none succeeded), so the client, not the server, may have inflated
-  the latencies. ``<NA>`` without a levels row.
+- ``loop_lag_p99_s``: from the levels table (the engine's view of itself), the 99th percentile
+  of the client's event-loop lag: how late the client may have read a byte, and so how much it
+  may have added to any latency it timed.
+- ``inflation``: ``loop_lag_p99_s`` over the smallest latency the level reports, the median of
+  TTFT, of ITL or of the whole latency (ok rows; all rows when none succeeded): the fraction by
+  which that figure may be inflated (0.2: up to 20%). An ITL under 1 ms is left out: tokens that
+  close together came in one read, which a lag delays as a whole without widening their gaps.
+- ``client_bound``: the client's CPU use exceeded 80% of a core, or ``inflation`` exceeds 0.1,
+  so the client, not the server, may have inflated the latencies. ``<NA>`` without a levels
+  row.
 """
 
 from __future__ import annotations
@@ -92,6 +98,8 @@ SUMMARY_COLUMNS: dict[str, str] = {
     "lag_p99_s": "float64",
     "littles_law_rel_err": "float64",
     "steady": "boolean",
+    "loop_lag_p99_s": "float64",
+    "inflation": "float64",
     "client_bound": "boolean",
     "stopped_by": "string",
 }
@@ -104,6 +112,7 @@ _DRIFT_FACTOR = 1.5
 _DRIFT_ALPHA = 0.01
 _CPU_BOUND = 0.8
 _LAG_BOUND = 0.10
+_ITL_FLOOR_S = 0.001  # below: tokens read together (see the module docstring)
 
 _PHASES = ("measure", "warmup")
 
@@ -207,7 +216,7 @@ def summarize(
         frame = groups.get(key, rows.iloc[:0])
         stats = _level_stats(frame, dict(zip(keys, key, strict=True)), every.get(key, frame))
         stats["http_429"] = pd.NA if tried is None else tried.get(key, 0)
-        stats.update(_client_stats(level_rows.get(key), _typical_latency(frame, stats)))
+        stats.update(_client_stats(level_rows.get(key), _smallest_latency(frame, stats)))
         out.append(stats)
     columns = dict(SUMMARY_COLUMNS)
     if "run_id" in keys:
@@ -419,23 +428,34 @@ def _drifts(start: np.ndarray, latency: np.ndarray) -> bool:
     return bool(mannwhitneyu(early_lat, late_lat).pvalue < _DRIFT_ALPHA)
 
 
-def _typical_latency(frame: pd.DataFrame, stats: dict[str, Any]) -> float:
-    """Return the median latency of the ok rows, or of every row when none succeeded."""
-    if not math.isnan(stats["latency_p50_s"]):
-        return stats["latency_p50_s"]
-    latency = _column(frame, "latency_s")
+def _smallest_latency(frame: pd.DataFrame, stats: dict[str, Any]) -> float:
+    """Return the smallest median latency the level reports (TTFT, ITL, whole latency)."""
+    itl = stats["itl_p50_s"]
+    medians = [
+        stats["ttft_p50_s"],
+        stats["latency_p50_s"],
+        itl if itl >= _ITL_FLOOR_S else math.nan,
+    ]
+    medians = [m for m in medians if not math.isnan(m)]
+    if medians:
+        return min(medians)
+    latency = _column(frame, "latency_s")  # nothing succeeded: the failures' latency
     return float(np.nanmedian(latency)) if (~np.isnan(latency)).any() else math.nan
 
 
-def _client_stats(row: pd.Series | None, latency_p50: float) -> dict[str, Any]:
+def _client_stats(row: pd.Series | None, smallest: float) -> dict[str, Any]:
     if row is None:
-        return {"client_bound": pd.NA, "stopped_by": pd.NA}
+        return {"loop_lag_p99_s": math.nan, "inflation": math.nan, "client_bound": pd.NA,
+                "stopped_by": pd.NA}  # fmt: skip
     cpu = _float(row.get("cpu_util"))
     lag = _float(row.get("loop_lag_p99_s"))
+    inflation = lag / smallest if smallest > 0 else math.nan  # NaN stays NaN
     flags = [cpu > _CPU_BOUND] if not math.isnan(cpu) else []
-    if not math.isnan(lag) and not math.isnan(latency_p50):
-        flags.append(lag > _LAG_BOUND * latency_p50)
+    if not math.isnan(inflation):
+        flags.append(inflation > _LAG_BOUND)
     return {
+        "loop_lag_p99_s": lag,
+        "inflation": inflation,
         "client_bound": any(flags) if flags else pd.NA,
         "stopped_by": row.get("stopped_by", pd.NA),
     }

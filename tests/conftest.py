@@ -4,24 +4,26 @@
   GIL), for tests that need a target and read its truth by their own request ids.
 - ``kernel_manager`` / ``run_notebook``: kernels of this interpreter (a kernelspec written to a
   temporary folder: no dependence on the machine's kernels), notebooks executed by them.
-- ``demo_run``: ``llmlat demo --quick``, the article sweep with its saved dataset and report,
-  shared by the demo and report tests.
+- ``end_to_end``: the slow end-to-end runs (``llmlat demo --quick`` and the notebooks), started
+  side by side; ``demo_run``: the demo's article sweep, saved and reported, shared by the demo
+  and report tests.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import os
-import re
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pytest
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KERNEL = "llmlat-test"
 
@@ -50,24 +52,12 @@ def sim_process() -> Iterator[tuple[str, Callable[[], pd.DataFrame]]]:
 
     It serves the whole session: a test finds its own rows by ``client_request_id``.
     """
-    args = ["--t0-s", "0.01", "--t1-s", "0.0001", "--output-tokens", "32", "--slots", "64"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llmlat", "sim", *args], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        found = re.search(r"http://\S+", proc.stdout.readline())
-        assert found, "the simulator did not print its URL"
-        url = found.group(0)
+    from llmlat.sim.process import SimulatorProcess
 
-        def truth() -> pd.DataFrame:
-            with urllib.request.urlopen(url + "/llmlat/truth") as resp:
-                return pd.DataFrame(json.load(resp))
-
-        yield url, truth
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    config = {"t0_s": 0.01, "t1_s": 0.0001, "output_tokens": 32, "slots": 64}
+    with SimulatorProcess(config) as sim:
+        assert sim.url is not None
+        yield sim.url, sim.truth
 
 
 @pytest.fixture(scope="session")
@@ -105,11 +95,53 @@ def run_notebook(kernel_manager: Callable[[], Any]) -> Callable[..., Any]:
     return run
 
 
-@pytest.fixture(scope="session")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """``llmlat demo --quick``: the article sweep, fitted, saved and reported; yields the report
-    folder (``index.html``, ``sweep.parquet``...) and what the command printed."""
-    out = tmp_path_factory.mktemp("demo") / "report"
+def _demo(out: Path) -> tuple[Path, str]:
     proc = _run_llmlat("demo", "--quick", "--no-progress", "--out", str(out), cwd=out.parent)
     assert proc.returncode == 0, proc.stderr
     return out, proc.stdout
+
+
+def _notebook(run_notebook: Callable[..., Any], path: Path, datasets: Path) -> Any:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    # the notebooks save what they measure; a test run must not rewrite the committed datasets
+    return run_notebook(nb, cwd=path.parent, env={"LLMLAT_DATASETS_DIR": str(datasets)})
+
+
+@pytest.fixture(scope="session")
+def end_to_end(
+    request: pytest.FixtureRequest,
+    run_notebook: Callable[..., Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Future]]:
+    """The slow end-to-end runs that this session selected, all done: ``"demo"`` (the tests
+    that use ``demo_run``) and each notebook the ``notebook`` parameter of a test names (key:
+    the notebook's stem); each a finished Future (``.result()`` re-raises a run's error).
+
+    They start together, the demo a process and each notebook its own kernel: they wait on
+    simulated replicas rather than compute, so side by side they take about as long as the
+    longest alone. The fixture returns only when every one has finished, so they never overlap
+    a timing-sensitive test.
+    """
+    jobs: dict[str, Callable[[], Any]] = {}
+    for item in request.session.items:
+        if "demo_run" in getattr(item, "fixturenames", ()):
+            out = tmp_path_factory.mktemp("demo") / "report"
+            jobs.setdefault("demo", functools.partial(_demo, out))
+        callspec = getattr(item, "callspec", None)
+        path = callspec.params.get("notebook") if callspec else None
+        if isinstance(path, Path) and path.stem not in jobs:
+            datasets = tmp_path_factory.mktemp(path.stem)
+            jobs[path.stem] = functools.partial(_notebook, run_notebook, path, datasets)
+    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        runs = {name: pool.submit(job) for name, job in jobs.items()}
+        wait(runs.values())
+        yield runs
+
+
+@pytest.fixture(scope="session")
+def demo_run(end_to_end: dict[str, Future]) -> tuple[Path, str]:
+    """``llmlat demo --quick``: the article sweep, fitted, saved and reported; yields the report
+    folder (``index.html``, ``sweep.parquet``...) and what the command printed."""
+    return end_to_end["demo"].result()

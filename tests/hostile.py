@@ -36,6 +36,8 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+IDLE_CLOSE_S = 0.02  # the idle_close mode closes a connection idle this long
+
 STREAM_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
 )
@@ -75,8 +77,10 @@ class HostileServer:
         assert task is not None
         self._tasks.add(task)
         try:
+            idle_limit = None  # set by the idle_close mode after its first answer
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                async with asyncio.timeout(idle_limit):  # as uvicorn closes idle connections
+                    head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 headers = {
                     k.strip().lower(): v.strip()
@@ -95,7 +99,14 @@ class HostileServer:
                 key = key or headers.get("api-key") or headers.get("x-api-key", "")
                 if not await self._answer(mode, stream, key, writer):
                     break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+                if mode == "idle_close":
+                    idle_limit = IDLE_CLOSE_S
+        except (
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+        ):
             pass
         finally:
             self._writers.discard(writer)
@@ -122,7 +133,7 @@ class HostileServer:
 
     async def _answer(self, mode: str, stream: bool, key: str, writer) -> bool:
         """Answer one request; False closes the connection."""
-        if mode == "ok":
+        if mode in ("ok", "idle_close"):
             await self._ok(writer, stream)
         elif mode == "close_after_answer":  # keep-alive by default, but it closes at once
             await self._ok(writer, stream)

@@ -182,6 +182,10 @@ def test_client_bound_levels_get_a_warning(capsys):
     warn_client_bound(summary)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmlat: warning: at level 100 ")
+    # with the summary's figures it says by how much
+    warn_client_bound(summary.assign(loop_lag_p99_s=0.021, inflation=1.05))
+    line = capsys.readouterr().err.strip()
+    assert "lag p99 21 ms" in line and "inflated by up to 105%" in line
 
 
 @pytest.mark.parametrize(

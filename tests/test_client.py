@@ -73,7 +73,7 @@ def check_invariants(record: Record, attempts: list[Attempt]) -> None:
 def test_stream_timing_and_usage_match_the_server(api):
     async def go():
         async with Simulator(**STEPPED, output_tokens=6) as sim:
-            records, sent, t0 = await measure(sim.url, api=api)
+            records, sent, t0 = await measure(sim.url, api=api, max_tokens=6)
             return records[0], sent[0], truth_of(sim, records[0]), t0
 
     record, attempts, truth, t0 = run(go())
@@ -102,7 +102,7 @@ def test_stream_timing_and_usage_match_the_server(api):
 def test_non_stream_answers_have_usage_but_no_token_times(api):
     async def go():
         async with Simulator(preset="instant") as sim:
-            records, sent, _ = await measure(sim.url, api=api, stream=False)
+            records, sent, _ = await measure(sim.url, api=api, stream=False, max_tokens=16)
             return records[0], sent[0], truth_of(sim, records[0])
 
     record, attempts, truth = run(go())
@@ -157,8 +157,8 @@ def test_zero_service_time_stream_counts_every_token():
 def test_cached_prompt_tokens_are_reported(api, payload):
     async def go():
         async with Simulator(preset="instant") as sim:
-            first, _, _ = await measure(sim.url, payload, api=api, run_id="a")
-            second, _, _ = await measure(sim.url, payload, api=api, run_id="b")
+            first, _, _ = await measure(sim.url, payload, api=api, run_id="a", max_tokens=4)
+            second, _, _ = await measure(sim.url, payload, api=api, run_id="b", max_tokens=4)
             return first[0], second[0], truth_of(sim, second[0])
 
     first, second, truth = run(go())
@@ -210,9 +210,10 @@ def test_retry_after_is_honoured_and_the_retry_succeeds():
 
 
 def test_retries_zero_reports_the_raw_429():
+    # rpm=2: the bucket refills in 30 s, so the request is refused however slow the machine is
     async def go():
-        async with Simulator(preset="instant", rpm=120) as sim:
-            await exhaust(sim, 120)
+        async with Simulator(preset="instant", rpm=2) as sim:
+            await exhaust(sim, 2)
             records, sent, _ = await measure(sim.url, retry=RetryPolicy(retries=0))
             return records[0], sent[0]
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hostile import HostileServer, serving_in_a_thread
+from hostile import IDLE_CLOSE_S, HostileServer, serving_in_a_thread
 
 from llmlat.client import Client, RetryPolicy, Target
 from llmlat.engine import asweep
@@ -250,3 +250,18 @@ def test_the_cli_exits_3_with_the_reason_when_nothing_succeeded(fault):
     assert last.startswith("error: no request succeeded: ") and reason in last
     assert "stopping: the first 3 requests all failed the same way" in run.stderr
     assert "client itself was busy" not in run.stderr
+
+
+def test_a_server_closing_idle_connections_races_no_request_into_failure():
+    # think time around the server's idle limit: some sends meet a connection as it closes
+    async def go():
+        async with HostileServer() as server:
+            result = await asweep(
+                "hi", url=server.url("idle_close"), model="m", concurrency=3, requests=30,
+                think_time_s=IDLE_CLOSE_S, retries=0, progress=False,
+            )  # fmt: skip
+            return result, server.connections
+
+    result, connections = asyncio.run(go())
+    assert result.requests["ok"].all(), result.requests["error"].dropna().unique()
+    assert connections > 3  # the server did close idle connections along the way

@@ -57,6 +57,12 @@ def llama_url(tmp_path_factory):
             "1",
             "--model_alias",
             "gemma",
+            "--chat_format",  # the model's own template: the default one gets no tokens out
+            "gemma",
+            # by default a new request interrupts the one being decoded, whose stream then ends
+            # early with no tokens: queue them instead, as a serving engine would
+            "--interrupt_requests",
+            "False",
         ],
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
@@ -136,18 +142,22 @@ def test_non_streamed_answer_reports_usage(llama_url):
     assert (req["prompt_tokens"] > 0).all()
 
 
-def test_too_long_a_prompt_is_a_client_error_row(llama_url):
-    # 3,000 words overflow the 1,024-token context: the server refuses, the row stays
-    res = llmlat.sweep(
-        "word " * 3000,
-        url=llama_url,
-        model="gemma",
-        concurrency=[1],
-        requests=1,
-        max_tokens=4,
-        retries=0,
-        progress=False,
-        seed=0,
-    )
-    row = res.requests.iloc[0]
-    assert not row["ok"] and row["error_kind"] == "client_error" and row["status"] == 400
+def test_too_long_a_prompt_stays_a_failed_row(llama_url):
+    # 3,000 words overflow the 1,024-token context. Asked without streaming, the server says so
+    # with a 400; asked to stream, it answers 200 and then an empty stream. Either way the row
+    # stays, failed, with the reason.
+    options = {
+        "url": llama_url,
+        "model": "gemma",
+        "concurrency": [1],
+        "requests": 1,
+        "max_tokens": 4,
+        "retries": 0,
+        "progress": False,
+        "seed": 0,
+    }
+    plain = llmlat.sweep("word " * 3000, stream=False, **options).requests.iloc[0]
+    assert not plain["ok"] and plain["status"] == 400 and plain["error_kind"] == "client_error"
+    assert "context length" in plain["error"]
+    streamed = llmlat.sweep("word " * 3000, stream=True, **options).requests.iloc[0]
+    assert not streamed["ok"] and streamed["error_kind"] == "protocol"

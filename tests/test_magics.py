@@ -254,7 +254,8 @@ def test_every_option_reaches_the_sweep(
     ip.run_line_magic(
         "llmsweep",
         "-r 40,80 --duration-s 0.25 --arrival gamma --burstiness 2 --max-in-flight 3 "
-        "--warmup-s 0.05 --api anthropic-messages --prompt 'hi there' -o opened --no-progress",
+        "--warmup-s 0.05 --api anthropic-messages --max-tokens 4 --prompt 'hi there' -o opened "
+        "--no-progress",
     )
     opened = ip.user_ns["opened"]
     assert opened.meta["level_kind"] == "rate" and opened.meta["levels"] == [40, 80]

@@ -11,11 +11,10 @@ import json
 import time
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import pytest
 
 pytestmark = pytest.mark.magics
@@ -42,44 +41,17 @@ def test_the_quickstart_exists() -> None:
     assert "01-quickstart.ipynb" in [p.name for p in NOTEBOOKS]
 
 
-def _execute(run_notebook: Any, path: Path, datasets: Path) -> Any:
-    nb = nbformat.read(path, as_version=4)
-    # the notebooks save what they measure; a test run must not rewrite the committed datasets
-    return run_notebook(nb, cwd=path.parent, env={"LLMLAT_DATASETS_DIR": str(datasets)})
-
-
-@pytest.fixture(scope="module")
-def notebook_runs(
-    request: pytest.FixtureRequest, run_notebook: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[Path, Future]]:
-    """The notebooks this session selected, all started at once, each in its own kernel.
-
-    They spend their time waiting on simulated replicas, not computing, so side by side they
-    take about as long as the longest alone; each test then waits for its own notebook.
-    """
-    selected = {
-        item.callspec.params.get("path")
-        for item in request.session.items
-        if item.originalname == "test_notebook_runs_clean" and hasattr(item, "callspec")
-    }
-    paths = [p for p in NOTEBOOKS if p in selected]
-    with ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
-        yield {
-            p: pool.submit(_execute, run_notebook, p, tmp_path_factory.mktemp(p.stem))
-            for p in paths
-        }
-
-
 _NOTEBOOK_PARAMS = [
     pytest.param(p, marks=pytest.mark.analysis if p in ANALYSIS else (), id=p.stem)
     for p in NOTEBOOKS
 ]
 
 
-@pytest.mark.parametrize("path", _NOTEBOOK_PARAMS)
-def test_notebook_runs_clean(path: Path, notebook_runs: dict[Path, Future]) -> None:
-    nb = notebook_runs[path].result()
-    # execution raised CellExecutionError on the first failing cell; nothing printed one either
+@pytest.mark.parametrize("notebook", _NOTEBOOK_PARAMS)
+def test_notebook_runs_clean(notebook: Path, end_to_end: dict[str, Future]) -> None:
+    # run side by side with the other notebooks and the demo (conftest.py's end_to_end); a
+    # failing cell raised CellExecutionError there, and nothing printed a traceback either
+    nb = end_to_end[notebook.stem].result()
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             assert out.get("output_type") != "error"
@@ -164,7 +136,7 @@ def test_kernel_interrupt_keeps_and_saves_the_partial_result(kernel: Any, tmp_pa
     reply, messages = _run(
         client,
         "import asyncio\nawait asyncio.sleep(0.01)\n"
-        "s = %llmsweep -c 2 -n 4 --no-progress\nprint(list(s['n']))",
+        "s = %llmsweep -c 2 -n 4 --no-progress\nprint(list(s.summary()['n']))",
     )
     assert reply["content"]["status"] == "ok", reply["content"]
     assert _stream(messages, "stdout").strip() == "[4]"

@@ -181,10 +181,33 @@ def test_client_bound_from_the_levels_table():
     )
     table = summarize(requests_frame(records), None, levels)
     assert list(table["client_bound"].astype(object)) == [True, True, False, pd.NA]
+    assert table["loop_lag_p99_s"].tolist()[:3] == [0.001, 0.5, 0.01]
+    assert table["inflation"].tolist()[:3] == pytest.approx([0.001, 0.5, 0.01])  # of 1 s
+    assert math.isnan(table["inflation"].iloc[3])
     # every request failed fast: the lag is compared with the failures' latency
     failed = [rec(3, i, float(i), 0.05, ok=False, status=400) for i in range(5)]
     assert bool(summarize(requests_frame(failed), None, levels)["client_bound"].iloc[0])
     assert list(table["stopped_by"].astype(object)) == ["requests"] * 3 + [pd.NA]
+
+
+def test_client_bound_judges_the_lag_against_the_smallest_latency():
+    # the issue's 2,000 req/s: 20 ms of lag on a 20 ms TTFT inside a 1 s latency
+    levels = levels_frame([LevelStats(RUN, 1.0, "concurrency", cpu_util=0.1, loop_lag_p99_s=0.02)])
+
+    def row(ttft_s, itl_s):
+        records = [rec(1, i, float(i), 1.0, ttft_s=ttft_s, itl_mean_s=itl_s) for i in range(20)]
+        return one(summarize(requests_frame(records), None, levels), 1.0)
+
+    by_ttft = row(0.02, 0.05)
+    assert bool(by_ttft["client_bound"]) and by_ttft["inflation"] == pytest.approx(1.0)
+    by_itl = row(0.5, 0.04)  # ITL is then the smallest figure
+    assert bool(by_itl["client_bound"]) and by_itl["inflation"] == pytest.approx(0.5)
+    # tokens read together (ITL ~ 0) are not an interval a lag inflates; TTFT decides
+    together = row(0.5, 1e-5)
+    assert not together["client_bound"] and together["inflation"] == pytest.approx(0.04)
+    # without streamed figures the whole latency is the reference, as before
+    whole = row(math.nan, math.nan)
+    assert not whole["client_bound"] and whole["inflation"] == pytest.approx(0.02)
 
 
 def test_warmup_rows_and_their_attempts_are_excluded():
@@ -542,12 +565,12 @@ def test_journal_round_trip_is_exact_for_any_values(tmp_path, rows):
         )
         for i, (t, lat, status, err, ok, phase) in enumerate(rows)
     ]
-    path = tmp_path / "prop.parquet"
-    writer = DatasetWriter(path, {})
+    path = tmp_path / "prop.parquet"  # shared by the examples: each replaces the last
+    writer = DatasetWriter(path, {}, overwrite=True)
     writer.append(records)
     writer.abort()
     pd.testing.assert_frame_equal(read(path).requests, requests_frame(records), check_exact=True)
-    writer = DatasetWriter(path, {})
+    writer = DatasetWriter(path, {}, overwrite=True)
     writer.append(records)
     writer.close()
     pd.testing.assert_frame_equal(read(path).requests, requests_frame(records), check_exact=True)

@@ -131,3 +131,19 @@ def test_a_key_with_a_line_break_is_refused_naming_the_variable_only(monkeypatch
     with pytest.raises(ValueError, match=r"^api_key_env: the value of LLMLAT_HOSTILE_KEY") as info:
         Target("http://127.0.0.1:9", api_key_env="LLMLAT_HOSTILE_KEY").api_key()
     assert not leaks(str(info.value), KEY)
+
+
+def test_the_default_transport_says_it_does_not_use_a_configured_proxy(monkeypatch):
+    async def start(url, transport="http11"):
+        async with Client(Target(url), run_id="p", t0_ns=0, transport=transport):
+            pass  # no connection is made on entering
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    with pytest.warns(UserWarning, match=r"http11 transport connects directly: use transport="):
+        asyncio.run(start("https://api.example.com/v1"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        asyncio.run(start("https://api.example.com/v1", transport="aiohttp"))
+        asyncio.run(start("https://127.0.0.1:9/v1"))  # loopback: never through a proxy
+        monkeypatch.setenv("NO_PROXY", "api.example.com")
+        asyncio.run(start("https://api.example.com/v1"))

@@ -51,7 +51,7 @@ async def storm(n: int, clients: int, **options):
                 while queue:
                     i = queue.pop()
                     api = ("openai-chat", "openai-completions", "anthropic-messages")[i % 3]
-                    body = body_for(api, stream=i % 2 == 0)
+                    body = body_for(api, stream=i % 2 == 0, max_tokens=16)
                     hdrs = {"x-llmlat-request-id": f"run/{i}/0"}
                     out.append(
                         (i, await call(session, sim.url, api, body, headers=hdrs, timeout_s=2.0))

@@ -52,6 +52,10 @@ def test_non_streamed_body_and_usage(api, max_tokens):
         return await call(session, sim.url, api, body_for(api, PROMPT, **extra))
 
     reply = run(with_sim(go))
+    if api == "anthropic-messages" and max_tokens is None:  # required, as by the real API
+        assert reply.status == 400
+        assert reply.json()["error"]["message"] == "max_tokens: Field required"
+        return
     assert reply.status == 200, reply.body
     assert reply.headers["content-type"].startswith("application/json")
     body = reply.json()
@@ -202,8 +206,11 @@ BAD_BODIES = [
     ("openai-completions", {"model": "m"}, "prompt"),
     ("openai-completions", {"model": "m", "prompt": {"a": 1}}, "prompt"),
     ("anthropic-messages", {"model": "m", "max_tokens": 5}, "messages"),
-    ("anthropic-messages", {"model": "m", "messages": [{"role": "user"}]}, "messages"),
-    ("anthropic-messages", {**body_for("anthropic-messages"), "system": 1}, "system"),
+    ("anthropic-messages", {"model": "m", "max_tokens": 5, "messages": [{"role": "user"}]}, None),
+    ("anthropic-messages", {**body_for("anthropic-messages", max_tokens=5), "system": 1}, None),
+    ("anthropic-messages", body_for("anthropic-messages"), None),  # no max_tokens
+    ("openai-chat", b"[" * 100_000 + b"]" * 100_000, None),  # nested too deeply to decode
+    ("openai-chat", b'{"model": "m", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", None),
 ]
 
 
@@ -282,7 +289,7 @@ def test_truth_one_row_per_request_with_consistent_times():
     async def go(sim, session):
         async def one(i):
             api = APIS[i % 3]
-            body = body_for(api, stream=bool(i % 2)) if i % 10 else b"{oops"
+            body = body_for(api, stream=bool(i % 2), max_tokens=7) if i % 10 else b"{oops"
             return await call(
                 session, sim.url, api, body, headers={"x-llmlat-request-id": f"r/{i}/0"}
             )

@@ -46,7 +46,7 @@ class MessagesStream(StreamParser):
             for key in _DELTA_KEYS:
                 value = delta.get(key)
                 if value and isinstance(value, str):
-                    self._content()
+                    self.times.append(self._t)
                     break
         elif kind == "message_stop":
             self._end()

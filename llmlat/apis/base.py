@@ -19,7 +19,7 @@ from llmlat.redact import one_line
 try:
     from orjson import loads
 except ImportError:  # pragma: no cover - the plain json module is the fallback
-    from json import loads
+    from json import loads  # type: ignore[assignment]  # orjson's signature is narrower
 
 __all__ = ["BodyResult", "Endpoint", "StreamParser", "loads"]
 
@@ -187,9 +187,6 @@ class StreamParser:
             return False
         self._fail(*error_of(obj))
         return True
-
-    def _content(self) -> None:
-        self.times.append(self._t)
 
     def _end(self) -> None:
         self.done = self.ended = True

@@ -28,6 +28,9 @@ def openai_usage(out: Any, usage: dict[str, Any]) -> None:
 
 class _OpenAIStream(StreamParser):
     __slots__ = ()
+    #: where a choice's generated text is: ``choice[_part][_key]`` (``_part`` None: the choice)
+    _part: str | None = None
+    _key = ""
 
     def _non_json(self, data: bytes) -> bool:
         if data.strip() == b"[DONE]":
@@ -43,17 +46,22 @@ class _OpenAIStream(StreamParser):
         if choices:
             content = False
             for choice in choices:
-                content = content or self._has_content(choice)
+                if not content:
+                    part = choice if self._part is None else choice.get(self._part)
+                    if part:
+                        text = part.get(self._key)
+                        content = bool(text and type(text) is str) or self._other_content(part)
                 if choice.get("finish_reason"):
                     self.done = True
             if content:
-                self._content()
+                self.times.append(self._t)
         usage = obj.get("usage")
         if usage:
             openai_usage(self, usage)
 
-    def _has_content(self, choice: dict[str, Any]) -> bool:
-        raise NotImplementedError
+    def _other_content(self, part: dict[str, Any]) -> bool:
+        """Whether a choice without text carries other generated content."""
+        return False
 
 
 class ChatStream(_OpenAIStream):
@@ -61,20 +69,16 @@ class ChatStream(_OpenAIStream):
 
     __slots__ = ()
     _what = "openai-chat chunk"
+    _part = "delta"
+    _key = "content"
 
-    def _has_content(self, choice: dict[str, Any]) -> bool:
-        delta = choice.get("delta")
-        if not delta:
-            return False
-        text = delta.get("content")
-        if text and type(text) is str:  # the common case first
-            return True
+    def _other_content(self, part: dict[str, Any]) -> bool:
         for key in _DELTA_KEYS:
-            value = delta.get(key)
+            value = part.get(key)
             if value and isinstance(value, str):
                 return True
-        calls = delta.get("tool_calls")
-        return bool(calls) and any((c.get("function") or {}).get("arguments") for c in calls)
+        calls = part.get("tool_calls") or ()
+        return any((c.get("function") or {}).get("arguments") for c in calls)
 
 
 class CompletionsStream(_OpenAIStream):
@@ -82,10 +86,7 @@ class CompletionsStream(_OpenAIStream):
 
     __slots__ = ()
     _what = "openai-completions chunk"
-
-    def _has_content(self, choice: dict[str, Any]) -> bool:
-        text = choice.get("text")
-        return bool(text) and isinstance(text, str)
+    _key = "text"
 
 
 class _OpenAIEndpoint(Endpoint):

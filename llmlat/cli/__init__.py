@@ -18,7 +18,13 @@ from llmlat.cli.options import EXIT_CODES, OneLineParser, flag_message
 __all__ = ["main"]
 
 # modules that each contribute one subcommand through add_parser(subparsers)
-_COMMANDS = ("llmlat.cli.sweep", "llmlat.cli.sim", "llmlat.cli.report", "llmlat.cli.demo")
+_COMMANDS = (
+    "llmlat.cli.sweep",
+    "llmlat.cli.sim",
+    "llmlat.cli.read",
+    "llmlat.cli.report",
+    "llmlat.cli.demo",
+)
 
 
 def build_parser() -> OneLineParser:

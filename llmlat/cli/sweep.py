@@ -127,15 +127,20 @@ def warn_client_bound(summary: Any) -> None:
     summary : pandas.DataFrame
         A per-level summary (:meth:`SweepResult.summary`).
     """
+    import pandas as pd
+
     if "client_bound" not in summary.columns:
         return
     flagged = summary["client_bound"].fillna(False).astype(bool)
     if "ok" in summary.columns:  # a level with no success has no latency to inflate
         flagged &= summary["ok"] > 0
-    for level in summary.loc[flagged, "level"]:
+    for _, row in summary[flagged].iterrows():
+        inflation, lag = row.get("inflation"), row.get("loop_lag_p99_s")
+        by = "" if pd.isna(inflation) else f" by up to {inflation:.0%}"
+        lag_text = "" if pd.isna(lag) else f", event-loop lag p99 {lag * 1e3:.3g} ms"
         notice(
-            f"warning: at level {level:g} the client itself was busy (CPU or event-loop lag): "
-            "its latencies may be inflated"
+            f"warning: at level {row['level']:g} the client itself was busy (CPU or event-loop "
+            f"lag{lag_text}): its latencies (TTFT, ITL first) may be inflated{by}"
         )
 
 

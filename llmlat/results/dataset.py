@@ -14,7 +14,11 @@ the meta and column names, then one line per appended batch, ``{"r": [[values...
 flushed to the OS as one write, so a crash or Ctrl-C of the process loses nothing already
 appended; a last line cut short by a crash is skipped). ``close()`` writes the three files
 (each to a temporary name, then renamed) and removes the journal. :func:`read` prefers the journal
-when one exists and then sets ``meta["complete"] = False``; a closed writer sets it True.
+when one exists and then sets ``meta["complete"] = False``; a closed writer sets it True. The
+journal of a sweep that never closed its writer (crash, ``kill -9``) stays until
+:func:`recover` (``llmlat read PATH --recover``) turns it into the dataset; a new writer refuses
+to replace it, or any dataset, unless given ``overwrite=True``
+(:mod:`llmlat.results.savepath` checks the path and locks a live journal).
 
 Secrets: ``meta`` is normalized to plain JSON at construction and scrubbed there, so neither a
 repr nor a saved file can show a credential: values under key names such as ``authorization`` or
@@ -44,6 +48,14 @@ import pandas as pd
 
 from llmlat._display import compact, to_text
 from llmlat.redact import credential_header, redact
+from llmlat.results.savepath import (
+    attempts_path,
+    check_save_path,
+    journal_in_use,
+    journal_path,
+    lock_journal,
+    sidecar_path,
+)
 from llmlat.schema import (
     ATTEMPT_COLUMNS,
     LEVEL_COLUMNS,
@@ -55,7 +67,7 @@ from llmlat.schema import (
 )
 from llmlat.summary import summarize
 
-__all__ = ["DatasetWriter", "SweepResult", "read"]
+__all__ = ["DatasetWriter", "SweepResult", "read", "recover"]
 
 FORMAT = "llmlat"
 FORMAT_VERSION = 1
@@ -375,7 +387,8 @@ class SweepResult:
         """Write the dataset: requests parquet at ``path``, attempts and a JSON sidecar beside it.
 
         The files are written under temporary names and renamed, so a reader never sees a half
-        file; an unfinished writer's journal at the same path is removed (it is superseded).
+        file; the journal of an unfinished sweep at the same path is removed (it is superseded:
+        ``read(path).save(path)`` is how such a journal is kept, see :func:`recover`).
 
         Parameters
         ----------
@@ -386,23 +399,30 @@ class SweepResult:
         -------
         pathlib.Path
             ``path``.
+
+        Raises
+        ------
+        ValueError
+            If a sweep that is still running writes its journal at ``path``.
         """
         path = Path(path)
+        if journal_in_use(journal_path(path)):
+            raise ValueError(f"path: a running sweep is writing {journal_path(path)}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        attempts_path = _attempts_path(path)
-        _atomic(attempts_path, lambda tmp: self.attempts.to_parquet(tmp, index=False))
+        attempts_file = attempts_path(path)
+        _atomic(attempts_file, lambda tmp: self.attempts.to_parquet(tmp, index=False))
         _atomic(path, lambda tmp: self.requests.to_parquet(tmp, index=False))
         sidecar = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "meta": self.meta,
             "levels": {"columns": list(self.levels.columns), "rows": _rows(self.levels)},
-            "attempts": attempts_path.name,
+            "attempts": attempts_file.name,
         }
         text = json.dumps(sidecar, indent=1, allow_nan=False)
-        _atomic(_sidecar_path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        _atomic(sidecar_path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
         with contextlib.suppress(FileNotFoundError):
-            _journal_path(path).unlink()
+            journal_path(path).unlink()
         return path
 
     # ------------------------------------------------------------ display
@@ -446,19 +466,6 @@ class SweepResult:
 # ---------------------------------------------------------------- files
 
 
-def _sidecar_path(path: Path) -> Path:
-    return path.with_name(path.name + ".json")
-
-
-def _journal_path(path: Path) -> Path:
-    return path.with_name(path.name + ".journal")
-
-
-def _attempts_path(path: Path) -> Path:
-    stem = path.stem if path.suffix == ".parquet" else path.name
-    return path.with_name(stem + ".attempts.parquet")
-
-
 def _atomic(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -495,27 +502,57 @@ def read(path: str | os.PathLike[str]) -> SweepResult:
         If a file is not a readable llmlat dataset; the message names the file.
     """
     path = Path(path)
-    journal = _journal_path(path)
+    journal = journal_path(path)
     if journal.exists():
         return _read_journal(journal)
     if not path.exists():
         raise FileNotFoundError(f"no llmlat dataset at {path}")
     requests = _read_parquet(path)
-    sidecar_path = _sidecar_path(path)
-    if not sidecar_path.exists():
+    sidecar_file = sidecar_path(path)
+    if not sidecar_file.exists():
         return _build(path, requests, None, None, {})
     try:
-        sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+        sidecar = json.loads(sidecar_file.read_text(encoding="utf-8"))
         if sidecar.get("format") != FORMAT:
             raise ValueError(f"format is {sidecar.get('format')!r}, not {FORMAT!r}")
         levels = pd.DataFrame(sidecar["levels"]["rows"], columns=sidecar["levels"]["columns"])
         attempts_name, meta = sidecar["attempts"], sidecar["meta"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{sidecar_path}: not a readable llmlat sidecar ({_first(exc)})") from None
-    attempts_path = path.with_name(attempts_name)
-    if not attempts_path.exists():
-        raise FileNotFoundError(f"{attempts_path}: attempts file of {path} is missing")
-    return _build(path, requests, _read_parquet(attempts_path), levels, meta)
+        raise ValueError(f"{sidecar_file}: not a readable llmlat sidecar ({_first(exc)})") from None
+    attempts_file = path.with_name(attempts_name)
+    if not attempts_file.exists():
+        raise FileNotFoundError(f"{attempts_file}: attempts file of {path} is missing")
+    return _build(path, requests, _read_parquet(attempts_file), levels, meta)
+
+
+def recover(path: str | os.PathLike[str]) -> SweepResult:
+    """Turn the journal of a sweep that crashed or was killed into the dataset at ``path``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The path the sweep was saving to (its journal is ``PATH.journal``).
+
+    Returns
+    -------
+    SweepResult
+        What the journal held (``meta["complete"]`` is False), now saved at ``path``; the
+        journal is removed.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no journal at ``path``.
+    ValueError
+        If a running sweep is still writing the journal, or it is not readable.
+    """
+    path = Path(path)
+    journal = journal_path(path)
+    if not journal.exists():
+        raise FileNotFoundError(f"no journal of an unfinished sweep at {journal}")
+    result = _read_journal(journal)
+    result.save(path)
+    return result
 
 
 def _first(exc: BaseException) -> str:
@@ -602,10 +639,12 @@ class DatasetWriter:
 
     Every :meth:`append` writes its rows to a JSON-lines journal (``PATH.journal``) in one
     write and flushes it to the operating system, so a crash, ``kill`` or Ctrl-C loses nothing
-    already appended (a power cut may: there is no ``fsync`` per batch, to keep appends cheap).
-    :meth:`close` writes the final dataset exactly as :meth:`SweepResult.save` does (plus
-    ``meta["complete"] = True``) and removes the journal. :func:`read` opens the path either
-    way.
+    already appended; :meth:`add_level` also fsyncs it, so a power cut loses at most the
+    level that was running. :meth:`close` writes the final dataset exactly as
+    :meth:`SweepResult.save` does (plus ``meta["complete"] = True``) and removes the journal.
+    :func:`read` opens the path either way; :func:`recover` keeps the journal of a sweep that
+    never closed its writer. While open, the writer holds a lock on the journal, so no other
+    writer (and no :meth:`SweepResult.save`) can replace it.
 
     Parameters
     ----------
@@ -613,6 +652,14 @@ class DatasetWriter:
         Where the requests parquet will be (parent folders are created).
     meta : dict, optional
         Run metadata, cleaned as in :class:`SweepResult`.
+    overwrite : bool, default False
+        Replace a dataset or an unfinished sweep's journal already at ``path``; otherwise
+        their presence is an error (see :func:`~llmlat.results.savepath.check_save_path`).
+
+    Raises
+    ------
+    ValueError
+        One line naming ``save`` when ``path`` cannot be written or is taken.
 
     Examples
     --------
@@ -625,12 +672,22 @@ class DatasetWriter:
     _attempt_values = attrgetter(*ATTEMPT_COLUMNS)
     _level_values = attrgetter(*LEVEL_COLUMNS)
 
-    def __init__(self, path: str | os.PathLike[str], meta: Mapping[str, Any] | None = None):
-        self.path = Path(path)
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        meta: Mapping[str, Any] | None = None,
+        *,
+        overwrite: bool = False,
+    ):
         self.meta, self._secrets = _clean_meta(meta)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._journal = _journal_path(self.path)
-        self._file = self._journal.open("w", encoding="utf-8")
+        self.path = check_save_path(path, overwrite=overwrite)
+        self._journal = journal_path(self.path)
+        # "a" then truncate once locked: opening with "w" would empty a running sweep's journal
+        self._file = self._journal.open("a", encoding="utf-8")
+        if not lock_journal(self._file):
+            self._file.close()
+            raise ValueError(f"save: a running sweep is writing {self._journal}")
+        self._file.truncate(0)
         columns = {tag: list(_TABLES[name][1]) for tag, name in _TAGS.items()}
         self._write(json.dumps({"format": FORMAT, "meta": self.meta, "columns": columns}))
 
@@ -666,7 +723,7 @@ class DatasetWriter:
             self._write(_ENCODER.encode(batch))
 
     def add_level(self, level: LevelStats) -> None:
-        """Record how a level ran (its span, stop reason, the client's lag and CPU).
+        """Record how a level ran (its span, stop reason, the client's lag and CPU), then fsync.
 
         Parameters
         ----------
@@ -674,6 +731,7 @@ class DatasetWriter:
             The finished level.
         """
         self._write(_ENCODER.encode({"l": [self._level_values(level)]}))
+        os.fsync(self._file.fileno())
 
     def close(self, meta_updates: Mapping[str, Any] | None = None) -> None:
         """Write the final dataset and remove the journal (a second call does nothing).

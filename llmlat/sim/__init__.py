@@ -5,13 +5,18 @@ in front of a model of one provider replica (:class:`SimConfig` holds every opti
 
 - ``mode="batch"`` (default), continuous batching: at most ``slots`` sequences decode together;
   each step emits one token to every active sequence and lasts ``t0_s + t1_s * batch_size``,
-  plus ``prefill_per_token_s`` per uncached prompt token of the sequences joining at that step.
-  A request that cannot join waits in a FIFO queue.
+  plus ``prefill_per_token_s`` per uncached prompt token it prefills (chunked prefill: at most
+  ``prefill_chunk_tokens`` per step, so a long prompt slows a few steps a little, not one step
+  by its whole prefill). A request that cannot join waits in a FIFO queue.
 - ``mode="mmc"``: ``slots`` servers, FIFO queue, exponential service time of rate ``mu`` per
   server, tokens paced evenly over it: an exact M/M/c, to validate fitted models.
 - Admission: a waiting-queue limit (``queue_limit``) and per-minute token buckets (``rpm``,
-  ``tpm``); a refusal is a 429 with ``Retry-After`` (the real time until a slot or bucket tokens
-  free up) and ``x-ratelimit-*`` headers.
+  ``tpm``); a refusal is a 429 with ``Retry-After`` (a full queue: its length over the service
+  rate, the expected wait for a slot; a bucket: the real time until it holds the tokens) and
+  ``x-ratelimit-*`` headers.
+- Limits as the providers apply them: a context window (``context_tokens``; longer requests get
+  400 ``context_length_exceeded``), a body size limit (``max_body_bytes``; 413), JSON nested too
+  deeply (400), and Anthropic requests without ``max_tokens`` (400, as the real API).
 - Faults with seeded probabilities: 500/503, a connection dropped mid-stream, a malformed
   event, a stall of ``stall_s``.
 - Ground truth per request: arrival, admission or refusal, queue wait, service start, first and

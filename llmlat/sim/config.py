@@ -54,8 +54,20 @@ class SimConfig:
     t0_s, t1_s : float
         Fixed and per-sequence parts of one decode step (batch mode).
     prefill_per_token_s : float
-        Prefill time per uncached prompt token, added to the step in which a sequence joins
-        (batch mode; mmc service times stay purely exponential).
+        Prefill time per uncached prompt token, added to the steps that prefill it (batch
+        mode; mmc service times stay purely exponential).
+    prefill_chunk_tokens : int
+        Chunked prefill (batch mode), as vLLM and SGLang do: a step prefills at most this
+        many prompt tokens (shortest remaining prompt first), so a long prompt spreads its
+        prefill over several steps and delays the other sequences' tokens by at most
+        ``prefill_chunk_tokens * prefill_per_token_s`` per step. A sequence gets its first
+        token at the end of the step that completes its prompt.
+    context_tokens : int or None
+        Context window: a request whose prompt plus ``max_tokens`` exceeds it gets the
+        provider's 400 (OpenAI's ``context_length_exceeded``). ``None``: no limit.
+    max_body_bytes : int
+        Largest request body read; a larger one gets a 413 ``request_too_large`` (the
+        Anthropic API's limit is 32 MB).
     mu : float
         Service rate of one server in requests per second (mmc mode).
     output_tokens : int
@@ -95,6 +107,9 @@ class SimConfig:
     t0_s: float = _opt(0.02, "fixed part of one decode step, seconds (batch)")
     t1_s: float = _opt(0.0055, "per-sequence part of one decode step, seconds (batch)")
     prefill_per_token_s: float = _opt(5e-5, "prefill seconds per uncached prompt token (batch)")
+    prefill_chunk_tokens: int = _opt(2048, "most prompt tokens prefilled per step (batch)")
+    context_tokens: int | None = _opt(131_072, "context window, prompt + max_tokens (none: off)")
+    max_body_bytes: int = _opt(32 * 1024**2, "largest request body, bytes (larger: 413)")
     mu: float = _opt(1.0, "service rate per server, requests/s (mmc)")
     output_tokens: int = _opt(32, "mean output tokens when max_tokens is not set")
     output_dist: str = _opt("uniform", "output length distribution: fixed, uniform, geometric")
@@ -215,7 +230,18 @@ PRESETS: dict[str, dict[str, Any]] = {
 _FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(SimConfig)}
 _TYPES: dict[str, Any] = typing.get_type_hints(SimConfig)
 _CHOICES = {"mode": MODES, "output_dist": OUTPUT_DISTS}
-_POSITIVE = {"slots", "mu", "output_tokens", "max_output_tokens", "rpm", "tpm", "truth_limit"}
+_POSITIVE = {
+    "slots",
+    "mu",
+    "output_tokens",
+    "max_output_tokens",
+    "rpm",
+    "tpm",
+    "truth_limit",
+    "prefill_chunk_tokens",
+    "context_tokens",
+    "max_body_bytes",
+}
 
 
 def _base_type(name: str) -> tuple[type, bool]:

@@ -20,6 +20,7 @@ import random
 import time
 from collections import OrderedDict, deque
 from dataclasses import astuple, dataclass
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
@@ -43,10 +44,10 @@ _NAN = float("nan")
 #: Values of the truth column ``outcome``.
 OUTCOMES = (
     "ok",  # served in full
-    "invalid",  # 400: bad body
+    "invalid",  # 400 (bad body, no Anthropic max_tokens, over the context) or 413 (too big)
     "rate_limited",  # 429: an RPM or TPM bucket was empty
     "queue_full",  # 429: queue_limit requests were already waiting
-    "error_500",
+    "error_500",  # fault, or the simulator failed
     "error_503",
     "dropped",  # connection closed mid-response (fault)
     "malformed",  # one event / the body was not valid JSON (fault)
@@ -81,7 +82,8 @@ class TruthRow:
     """What the replica knows about one request it received (see :data:`TRUTH_COLUMNS`).
 
     Times are absolute ``time.perf_counter()`` seconds; NaN when the event never happened.
-    ``outcome`` is one of :data:`OUTCOMES`, or None while the request is still being served.
+    ``outcome`` is one of :data:`OUTCOMES`, or None while the request is still being served;
+    every request that ended has one.
     ``completion_tokens`` counts the tokens sent to the client. ``queue_wait_s`` is derived
     (``t_service_start - t_admitted``) when the table is built.
     """
@@ -178,7 +180,9 @@ class Refusal:
     reason : {"queue_full", "rate_limited"}
         Why.
     retry_after_s : float
-        Real time until a slot or bucket tokens free up (inf when never).
+        When a retry is likely admitted: for a bucket, the real time until it holds the tokens
+        (inf when never); for a full queue, the queue length (this request included) over
+        the replica's service rate, the expected wait for a slot, as providers estimate it.
     limit : str or None
         "requests" or "tokens" for a bucket refusal.
     """
@@ -215,7 +219,7 @@ class Sequence:
         "finished",
         "loop",
         "n_tokens",
-        "prefill_tokens",
+        "prefill_left",
         "row",
         "service_s",
         "started",
@@ -234,7 +238,7 @@ class Sequence:
         self.loop = loop
         self.row = row
         self.n_tokens = n_tokens
-        self.prefill_tokens = prefill_tokens
+        self.prefill_left = prefill_tokens  # prompt tokens still to prefill (batch mode)
         self.fault = fault
         self.service_s = service_s
         self.emitted = 0
@@ -269,13 +273,23 @@ class Sequence:
         await self._waiter
 
 
+_prefill_left = attrgetter("prefill_left")
+
+
 class _BatchEngine:
-    """Continuous batching: one step at a time, one token per active sequence per step."""
+    """Continuous batching with chunked prefill, one step at a time.
+
+    A step prefills at most ``prefill_chunk_tokens`` prompt tokens (of the active sequences,
+    shortest remaining prompt first) and emits one token to every active sequence whose prompt
+    is done, so a huge prompt lengthens a bounded number of steps instead of one step by its
+    whole prefill.
+    """
 
     def __init__(self, config: SimConfig, loop: asyncio.AbstractEventLoop) -> None:
         self.cfg = config
         self.loop = loop
         self.active: list[Sequence] = []
+        self.prefilling: list[Sequence] = []  # active ones whose prompt is not done
         self.waiting: deque[Sequence] = deque()
         self.busy = False  # a step is running and ends at t_next
         self.t_next = 0.0
@@ -291,6 +305,23 @@ class _BatchEngine:
             self.waiting.remove(seq)
         elif seq in self.active:
             self.active.remove(seq)
+            if seq.prefill_left:
+                self.prefilling.remove(seq)
+
+    def _prefill(self) -> int:
+        """Spend one step's prompt-token budget, shortest prompt first; return the tokens."""
+        # shortest first: one long prompt does not hold up the short ones behind it (vLLM's
+        # long_prefill_token_threshold and SGLang's chunked prefill serve the same end)
+        budget = self.cfg.prefill_chunk_tokens
+        self.prefilling.sort(key=_prefill_left)
+        for seq in self.prefilling:
+            chunk = min(seq.prefill_left, budget)
+            seq.prefill_left -= chunk
+            budget -= chunk
+            if not budget:
+                break
+        self.prefilling = [seq for seq in self.prefilling if seq.prefill_left]
+        return self.cfg.prefill_chunk_tokens - budget
 
     def _run(self) -> None:
         self.timer = None
@@ -298,9 +329,12 @@ class _BatchEngine:
         now = self.loop.time()
         t = self.t_next if self.busy else now
         while True:
-            if self.busy:  # the step ending at t emits one token to every active sequence
+            if self.busy:  # the step ending at t emits one token to every prefilled sequence
                 still = []
                 for seq in self.active:
+                    if seq.prefill_left:  # its prompt needs more steps
+                        still.append(seq)
+                        continue
                     seq.emitted += 1
                     if seq.emitted >= seq.n_tokens:
                         seq.finished = True
@@ -308,22 +342,27 @@ class _BatchEngine:
                         still.append(seq)
                     seq.notify()
                 self.active = still
-            prefill = 0
             while self.waiting and len(self.active) < cfg.slots:
                 seq = self.waiting.popleft()
                 self.active.append(seq)
-                prefill += seq.prefill_tokens
+                if seq.prefill_left and cfg.prefill_per_token_s:
+                    self.prefilling.append(seq)
+                else:  # a free prefill takes no step
+                    seq.prefill_left = 0
                 seq.start()
             if not self.active:
                 self.busy = False
                 return
+            prefill = self._prefill() if self.prefilling else 0
             duration = cfg.t0_s + cfg.t1_s * len(self.active) + cfg.prefill_per_token_s * prefill
             if duration == 0:  # zero-time steps: the whole batch completes at this instant
                 for seq in self.active:
+                    seq.prefill_left = 0
                     seq.emitted = seq.n_tokens
                     seq.finished = True
                     seq.notify()
                 self.active = []
+                self.prefilling = []
                 continue
             self.busy = True
             t += duration
@@ -332,18 +371,14 @@ class _BatchEngine:
                 self.timer = self.loop.call_at(t, self._run)
                 return
 
-    def time_to_free_slot(self, now: float) -> float:
-        # The queue shrinks when a sequence holding a slot finishes: an active one after its
-        # remaining tokens, one joining at the next step boundary after all of its tokens.
-        # Steps are assumed to keep the current batch size and no prefill.
-        pending = max(0.0, self.t_next - now) if self.busy else 0.0
-        joining = itertools.islice(self.waiting, max(0, self.cfg.slots - len(self.active)))
-        steps = [seq.n_tokens - seq.emitted - 1 for seq in self.active]
-        steps += [seq.n_tokens for seq in joining]
-        if not steps:
-            return pending
-        batch = min(self.cfg.slots, len(self.active) + len(self.waiting))
-        return pending + min(steps) * (self.cfg.t0_s + self.cfg.t1_s * batch)
+    def service_rate(self) -> float:
+        # a full batch finishes `slots` sequences every (mean output tokens) steps; prefill,
+        # small for typical prompts, is left out
+        cfg = self.cfg
+        serving = [seq.n_tokens for seq in itertools.chain(self.active, self.waiting)]
+        tokens = sum(serving) / len(serving) if serving else cfg.output_tokens
+        step = cfg.t0_s + cfg.t1_s * cfg.slots
+        return math.inf if step == 0 else cfg.slots / (tokens * step)
 
     def close(self) -> None:
         if self.timer is not None:
@@ -402,10 +437,8 @@ class _MMcEngine:
         if self.waiting:
             self._start(self.waiting.popleft(), end)
 
-    def time_to_free_slot(self, now: float) -> float:
-        if self.free or not self.releases:
-            return 0.0
-        return max(0.0, self.releases[0] - now)
+    def service_rate(self) -> float:
+        return self.cfg.slots * self.cfg.mu
 
     def close(self) -> None:
         for handle in self.timers:
@@ -497,7 +530,9 @@ class Replica:
         refusal = self._check_buckets(now, prompt_tokens + n)
         limit = cfg.queue_limit
         if refusal is None and limit is not None and self.queued() >= limit and not self._free():
-            refusal = Refusal("queue_full", self.engine.time_to_free_slot(now))
+            # the expected wait of one more in the queue: what providers can know, unlike
+            # the remaining service times the replica draws
+            refusal = Refusal("queue_full", (self.queued() + 1) / self.engine.service_rate())
         if refusal is not None:
             row.outcome = refusal.reason
             row.retry_after_s = refusal.retry_after_s

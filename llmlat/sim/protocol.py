@@ -60,11 +60,14 @@ class BadRequest(ValueError):
         What is wrong.
     param : str or None
         The offending field.
+    code : str or None
+        OpenAI's error ``code`` (e.g. ``"context_length_exceeded"``).
     """
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+        self.code = code
 
 
 @dataclass(slots=True)
@@ -155,7 +158,9 @@ def _has_cache_mark(block: Any) -> bool:
     return isinstance(block, dict) and (block.get("cache_control") or {}).get("type") == "ephemeral"
 
 
-def parse_request(api: str, raw: bytes, max_output_tokens: int) -> Parsed:
+def parse_request(
+    api: str, raw: bytes, max_output_tokens: int, context_tokens: int | None = None
+) -> Parsed:
     """Validate a request body of one API flavour.
 
     Parameters
@@ -166,6 +171,8 @@ def parse_request(api: str, raw: bytes, max_output_tokens: int) -> Parsed:
         The HTTP body.
     max_output_tokens : int
         Largest ``max_tokens`` accepted.
+    context_tokens : int or None
+        Context window: prompt + ``max_tokens`` beyond it is refused as the provider does.
 
     Returns
     -------
@@ -174,12 +181,15 @@ def parse_request(api: str, raw: bytes, max_output_tokens: int) -> Parsed:
     Raises
     ------
     BadRequest
-        Malformed JSON, a missing or mistyped field.
+        Malformed or too deeply nested JSON, a missing or mistyped field (Anthropic requires
+        ``max_tokens``), or a request longer than the context window.
     """
     try:
         body = json.loads(raw.decode())
     except ValueError:  # UnicodeDecodeError is one
         raise BadRequest("the body is not valid JSON") from None
+    except RecursionError:  # the decoder recurses per nesting level
+        raise BadRequest("the body's JSON is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     model = body.get("model")
@@ -188,6 +198,8 @@ def parse_request(api: str, raw: bytes, max_output_tokens: int) -> Parsed:
     stream = _want(body, "stream", bool, "a boolean") or False
     max_name = "max_tokens"
     max_tokens = _want(body, "max_tokens", int, "an integer")
+    if api == "anthropic-messages" and max_tokens is None:
+        raise BadRequest("max_tokens: Field required", "max_tokens")  # the real API's words
     if api == "openai-chat" and max_tokens is None:
         max_name = "max_completion_tokens"
         max_tokens = _want(body, max_name, int, "an integer")
@@ -220,7 +232,32 @@ def parse_request(api: str, raw: bytes, max_output_tokens: int) -> Parsed:
         parsed.prompt_tokens = max(1, count_tokens(prompt))
     else:
         _parse_anthropic(body, parsed)
+    if context_tokens is not None:
+        _check_context(api, parsed, context_tokens)
     return parsed
+
+
+def _check_context(api: str, parsed: Parsed, context_tokens: int) -> None:
+    """Refuse a request longer than the context window, in the provider's words."""
+    prompt, completion = parsed.prompt_tokens, parsed.max_tokens or 0
+    if prompt + completion <= context_tokens:
+        return
+    if api == "anthropic-messages":
+        if prompt > context_tokens:
+            message = f"prompt is too long: {prompt} tokens > {context_tokens} maximum"
+        else:
+            message = (
+                f"input length and `max_tokens` exceed context limit: {prompt} + {completion} "
+                f"> {context_tokens}, decrease input length or `max_tokens` and try again"
+            )
+    else:
+        message = (
+            f"This model's maximum context length is {context_tokens} tokens. However, you "
+            f"requested {prompt + completion} tokens ({prompt} in the messages, {completion} "
+            "in the completion). Please reduce the length of the messages or completion."
+        )
+    field = "prompt" if api == "openai-completions" else "messages"
+    raise BadRequest(message, field, "context_length_exceeded")
 
 
 def _parse_anthropic(body: dict, parsed: Parsed) -> None:
@@ -257,7 +294,9 @@ def _parse_anthropic(body: dict, parsed: Parsed) -> None:
         parsed.cache_tokens = sum(map(count_tokens, texts[: mark + 1]))
 
 
-def error_body(api: str, status: int, message: str, param: str | None = None) -> dict:
+def error_body(
+    api: str, status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict:
     """Return the JSON error body of a flavour.
 
     Parameters
@@ -270,6 +309,8 @@ def error_body(api: str, status: int, message: str, param: str | None = None) ->
         Human-readable message.
     param : str or None
         Offending field (OpenAI only).
+    code : str or None
+        OpenAI's error code; the status's usual one when None.
 
     Returns
     -------
@@ -279,14 +320,20 @@ def error_body(api: str, status: int, message: str, param: str | None = None) ->
         kind = {
             400: "invalid_request_error",
             404: "not_found_error",
+            413: "request_too_large",
             429: "rate_limit_error",
             503: "overloaded_error",
         }.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
-    kind = {400: "invalid_request_error", 404: "invalid_request_error", 429: "requests"}.get(
-        status, "server_error"
+    kind = {
+        400: "invalid_request_error",
+        404: "invalid_request_error",
+        413: "invalid_request_error",
+        429: "requests",
+    }.get(status, "server_error")
+    code = code or {429: "rate_limit_exceeded", 404: "not_found", 413: "request_too_large"}.get(
+        status
     )
-    code = {429: "rate_limit_exceeded", 404: "not_found"}.get(status)
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 

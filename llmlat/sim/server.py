@@ -30,9 +30,14 @@ _JSON = "application/json"
 
 
 def _json_response(
-    api: str, status: int, message: str, param: str | None = None, headers: Any = None
+    api: str,
+    status: int,
+    message: str,
+    param: str | None = None,
+    headers: Any = None,
+    code: str | None = None,
 ) -> web.Response:
-    body = json.dumps(error_body(api, status, message, param)).encode()
+    body = json.dumps(error_body(api, status, message, param, code)).encode()
     return web.Response(status=status, body=body, content_type=_JSON, headers=headers)
 
 
@@ -50,12 +55,29 @@ class _Api:
         self.api = api
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        replica = self.replica
-        row = replica.arrive(self.api, request.headers.get("x-llmlat-request-id"))
+        row = self.replica.arrive(self.api, request.headers.get("x-llmlat-request-id"))
         try:
-            parsed = parse_request(self.api, await request.read(), replica.config.max_output_tokens)
+            return await self._serve(request, row)
+        except BaseException as exc:  # every truth row gets an outcome and an end
+            if row.outcome is None:
+                gone = isinstance(exc, asyncio.CancelledError | ConnectionError)
+                row.outcome = "disconnected" if gone else "error_500"  # aiohttp answers 500
+            if math.isnan(row.t_end):
+                row.t_end = time.perf_counter()
+            raise
+
+    async def _serve(self, request: web.Request, row: TruthRow) -> web.StreamResponse:
+        replica = self.replica
+        cfg = replica.config
+        try:  # aiohttp stops reading past client_max_size (max_body_bytes)
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._too_large(row)
+        try:
+            parsed = parse_request(self.api, raw, cfg.max_output_tokens, cfg.context_tokens)
         except BadRequest as exc:
-            return self._finish(row, "invalid", _json_response(self.api, 400, str(exc), exc.param))
+            response = _json_response(self.api, 400, str(exc), exc.param, code=exc.code)
+            return self._finish(row, "invalid", response)
         row.stream = parsed.stream
         cached = creating = 0
         if parsed.cache_key is not None:
@@ -95,13 +117,15 @@ class _Api:
             if parsed.stream:
                 return await self._stream(request, seq, fmt, headers)
             return await self._whole(request, seq, fmt, headers)
-        except (asyncio.CancelledError, ConnectionError):
-            if row.outcome is None:
-                row.outcome = "disconnected"
-            row.t_end = time.perf_counter()
-            raise
         finally:
             replica.release(seq)
+
+    def _too_large(self, row: TruthRow) -> web.Response:
+        limit = self.replica.config.max_body_bytes
+        message = f"the request body exceeds the maximum of {limit} bytes"
+        response = _json_response(self.api, 413, message, code="request_too_large")
+        response.force_close()  # the rest of the body is not read
+        return self._finish(row, "invalid", response)
 
     @staticmethod
     def _finish(row: TruthRow, outcome: str, response: web.Response) -> web.Response:
@@ -221,7 +245,7 @@ def build_app(replica: Replica) -> web.Application:
     -------
     aiohttp.web.Application
     """
-    app = web.Application(client_max_size=64 * 1024**2)
+    app = web.Application(client_max_size=replica.config.max_body_bytes)
     app[REPLICA_KEY] = replica
     for api, path in API_PATHS.items():
         app.router.add_post(path, _Api(replica, api).handle)

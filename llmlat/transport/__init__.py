@@ -14,7 +14,7 @@ implement the same interface (``send``, ``preconnect``, ``aclose``), chosen by n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Protocol
 
 from llmlat.transport._base import (
     CONNECT_FAILED,
@@ -32,6 +32,7 @@ __all__ = [
     "ConnectionFailed",
     "Pool",
     "Response",
+    "Transport",
     "make_transport",
     "validate_headers",
 ]
@@ -40,9 +41,30 @@ __all__ = [
 TRANSPORTS = ("http11", "aiohttp")
 
 
+class Transport(Protocol):
+    """What the client needs of a transport (requests of one kind to one URL)."""
+
+    async def send(
+        self,
+        body: bytes,
+        response: Response,
+        headers: Mapping[str, str] | None = None,
+        *,
+        fresh: bool = False,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Send one request; fill ``response`` as the answer arrives (see :meth:`Pool.send`)."""
+
+    async def preconnect(self, n: int) -> int:
+        """Open connections until ``n`` are idle; return how many were opened."""
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+
+
 def make_transport(
     name: str, url: str, headers: Mapping[str, str] | None = None, *, method: str = "POST"
-) -> Any:
+) -> Transport:
     """Make a transport for requests of one kind.
 
     Parameters
@@ -58,7 +80,8 @@ def make_transport(
 
     Returns
     -------
-    Pool or llmlat.transport._aiohttp.AiohttpPool
+    Transport
+        A :class:`Pool`, or an ``AiohttpPool``.
 
     Raises
     ------

@@ -130,10 +130,11 @@ class Decoder:
         For a coding llmlat does not decode (the message names it).
     """
 
-    __slots__ = ("_z",)
+    __slots__ = ("_raw_ok", "_z")
 
     def __init__(self, coding: str) -> None:
         coding = coding.strip().lower()
+        self._raw_ok = coding == "deflate"  # some servers send deflate without its zlib header
         if coding in ("gzip", "x-gzip"):
             self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif coding == "deflate":
@@ -147,9 +148,15 @@ class Decoder:
     def __call__(self, data: bytes) -> bytes:
         """Decode the next piece of the body."""
         try:
-            return self._z.decompress(data)
+            out = self._z.decompress(data)
         except zlib.error:
-            raise BadResponse("the compressed body is corrupt") from None
+            if not self._raw_ok:
+                raise BadResponse("the compressed body is corrupt") from None
+            self._raw_ok = False  # the first bytes were no zlib header: raw deflate
+            self._z = zlib.decompressobj(-zlib.MAX_WBITS)
+            return self(data)
+        self._raw_ok = self._raw_ok and not data
+        return out
 
     def flush(self) -> bytes:
         """What is left once the body has ended.

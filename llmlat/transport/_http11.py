@@ -26,6 +26,7 @@ import re
 import ssl
 import time
 from collections.abc import Callable, Mapping
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -250,7 +251,26 @@ class _Extra(Exception):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; reads one answer at a time into a :class:`Response`."""
 
-    transport: asyncio.Transport
+    # thousands may be open at once: no per-instance dict
+    __slots__ = (
+        "_complete",
+        "_decode",
+        "_done",
+        "_ended",
+        "_got",
+        "_headed",
+        "_keep",
+        "_parser",
+        "_pending",
+        "_pool",
+        "_resp",
+        "_reused",
+        "_sink",
+        "_t",
+        "_until_close",
+        "idle_s",
+        "transport",
+    )
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
@@ -269,9 +289,10 @@ class _Connection(asyncio.Protocol):
         self._until_close = False
         self._reused = False
         self.idle_s = pool.idle_s
+        self.transport: asyncio.Transport
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream connection's
 
     def begin(self, done: asyncio.Future[None], response: Response, reused: bool) -> None:
         """Expect the answer to a request about to be written."""
@@ -388,9 +409,10 @@ class _Connection(asyncio.Protocol):
             self.idle_s = max(0.0, float(m.group(1)) - 1.0)  # the server's own idle limit
 
     def on_body(self, data: bytes) -> None:
-        if self._decode is not None:
-            data = self._decode(data)
-        self._deliver(data)
+        if self._decode is None and self._sink is not None:
+            self._pending.append(data)  # the hot path: one call per HTTP chunk of a stream
+        else:
+            self._deliver(data if self._decode is None else self._decode(data))
 
     def on_message_complete(self) -> None:
         if self._headed:
