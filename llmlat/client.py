@@ -366,12 +366,7 @@ class Client:
     async def __aenter__(self) -> Client:
         """Read the API key and make the connection pool (connections open as needed)."""
         headers = _request_headers(self.target)
-        if self.transport == "http11" and _proxy_for(self.target.url):
-            warnings.warn(
-                f"a proxy is set for {urlsplit(self.target.url).hostname} (HTTP(S)_PROXY), but the "
-                "http11 transport connects directly: use transport='aiohttp' to go through it",
-                stacklevel=2,
-            )
+        _warn_if_proxy_unused(self.target.url, self.transport)
         self._pool = make_transport(self.transport, self._url, headers)
         self._secrets = remember(headers=headers)  # masked in every text while this is open
         return self
@@ -638,6 +633,16 @@ def _request_headers(target: Target) -> dict[str, str]:
             stacklevel=3,
         )
     return headers
+
+
+def _warn_if_proxy_unused(url: str, transport: str) -> None:
+    """Warn when the environment sets a proxy for ``url`` that ``transport`` will not use."""
+    if transport == "http11" and _proxy_for(url):
+        warnings.warn(
+            f"a proxy is set for {urlsplit(url).hostname} (HTTP(S)_PROXY), but the "
+            "http11 transport connects directly: use transport='aiohttp' to go through it",
+            stacklevel=3,
+        )
 
 
 def _proxy_for(url: str) -> bool:

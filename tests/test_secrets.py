@@ -17,7 +17,7 @@ import pytest
 from hostile import HostileServer, serving_in_a_thread
 from IPython.core.interactiveshell import InteractiveShell
 
-from llmlat.client import Client, Target
+from llmlat.client import Target, _request_headers, _warn_if_proxy_unused
 from llmlat.engine import Sweeper
 from llmlat.redact import redact
 from llmlat.report import write_report
@@ -108,22 +108,16 @@ def test_notebook_output_of_a_sweep_against_an_echoing_server(monkeypatch):
 
 
 def test_a_key_over_plain_http_to_another_host_warns_before_any_connection(monkeypatch):
+    # the request headers are built before any connection: no client is opened to another host
     monkeypatch.setenv("LLMLAT_HOSTILE_KEY", KEY)
-
-    async def start(url, **target):
-        # entering the client makes no connection: the warning comes before any traffic
-        async with Client(Target(url, **target), run_id="w", t0_ns=0):
-            pass
-
     with pytest.warns(UserWarning, match=r"credentials over plain http to api\.example\.com"):
-        asyncio.run(start("http://api.example.com/v1", api_key_env="LLMLAT_HOSTILE_KEY"))
+        _request_headers(Target("http://api.example.com/v1", api_key_env="LLMLAT_HOSTILE_KEY"))
     with pytest.warns(UserWarning, match="plain http"):
-        asyncio.run(start("http://10.1.2.3:8000", headers={"x-api-key": AZURE}))
+        _request_headers(Target("http://10.1.2.3:8000", headers={"x-api-key": AZURE}))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        asyncio.run(start("http://127.0.0.1:9", api_key_env="LLMLAT_HOSTILE_KEY"))
-        asyncio.run(start("https://api.example.com", api_key_env="LLMLAT_HOSTILE_KEY"))
-        asyncio.run(start("http://api.example.com"))  # no credentials: nothing to warn about
+        _request_headers(Target("http://127.0.0.1:9", api_key_env="LLMLAT_HOSTILE_KEY"))
+        _request_headers(Target("https://api.example.com", api_key_env="LLMLAT_HOSTILE_KEY"))
 
 
 def test_a_key_with_a_line_break_is_refused_naming_the_variable_only(monkeypatch):
@@ -134,16 +128,13 @@ def test_a_key_with_a_line_break_is_refused_naming_the_variable_only(monkeypatch
 
 
 def test_the_default_transport_says_it_does_not_use_a_configured_proxy(monkeypatch):
-    async def start(url, transport="http11"):
-        async with Client(Target(url), run_id="p", t0_ns=0, transport=transport):
-            pass  # no connection is made on entering
-
+    # checked on the route alone: no client is opened to another host
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     with pytest.warns(UserWarning, match=r"http11 transport connects directly: use transport="):
-        asyncio.run(start("https://api.example.com/v1"))
+        _warn_if_proxy_unused("https://api.example.com/v1", "http11")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        asyncio.run(start("https://api.example.com/v1", transport="aiohttp"))
-        asyncio.run(start("https://127.0.0.1:9/v1"))  # loopback: never through a proxy
+        _warn_if_proxy_unused("https://api.example.com/v1", "aiohttp")
+        _warn_if_proxy_unused("https://127.0.0.1:9/v1", "http11")  # loopback: never proxied
         monkeypatch.setenv("NO_PROXY", "api.example.com")
-        asyncio.run(start("https://api.example.com/v1"))
+        _warn_if_proxy_unused("https://api.example.com/v1", "http11")
