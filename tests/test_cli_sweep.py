@@ -217,3 +217,10 @@ def test_listing_the_options_loads_no_heavy_module():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_flag_names_are_not_rewritten_inside_paths():
+    from llmlat.cli.options import flag_message
+
+    line = flag_message(ValueError("save: runs/rate/x.parquet exists: set overwrite to replace it"))
+    assert line == "--save: runs/rate/x.parquet exists: set --overwrite to replace it"
