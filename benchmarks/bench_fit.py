@@ -17,7 +17,8 @@ import numpy as np
 
 import llmlat
 from llmlat import queueing
-from llmlat._synth import mmc_closed_requests, mmc_open_requests
+from llmlat._synth import mgc_sweep, mmc_closed_requests, mmc_open_requests
+from llmlat.summary import summarize
 
 C, MU = 4, 2.0
 CLOSED_LEVELS = [1, 2, 4, 8, 16]
@@ -50,6 +51,19 @@ def bench_fits(rows: int) -> None:
         )
 
 
+def bench_typical() -> None:
+    """A typical %llmfit sweep: 10 closed levels at llmlat's default lengths (targets 1 s, 3 s)."""
+    data = mgc_sweep("concurrency", [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], MU, 16, seed=3)
+    base, _ = timed(lambda: summarize(data))
+    for model, target in (("mmc", 1.0), ("auto", 3.0)):
+        secs, res = timed(lambda m=model: llmlat.fit(data, model=m))
+        print(
+            f"  {model:5s} {len(data):>6,d} rows, 10 levels  {secs:6.2f} s (target <= {target:g} s;"
+            f" {secs / base:.0f}x the summary's {base * 1e3:.0f} ms)  -> {res.model} "
+            f"c={res.params.get('c', float('nan')):g}"
+        )
+
+
 def bench_erlang() -> None:
     a = np.linspace(1.0, 999.0, 10_000)
     queueing.erlang_c(1000, a[:10])  # warm-up
@@ -68,6 +82,8 @@ def main() -> None:
     warm = mmc_closed_requests(CLOSED_LEVELS, MU, C, n=200, seed=0)
     for model in ("mm1", "mmc", "closed", "batch"):
         llmlat.fit(warm, model=model)
+    print("typical sweep")
+    bench_typical()
     for rows in args.rows:
         print(f"fit ({rows:,} request rows)")
         bench_fits(rows)

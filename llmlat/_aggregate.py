@@ -13,12 +13,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from llmlat.summary import summarize
+from llmlat import stats
 
-__all__ = ["QUANTILES", "Observed", "is_level_table", "observe", "resample"]
+__all__ = ["QUANTILES", "Observed", "is_level_table", "latency_levels", "observe", "resample"]
 
-#: stat name -> quantile probability (None: the mean).
-QUANTILES: dict[str, float | None] = {"mean": None, "p50": 0.5, "p95": 0.95, "p99": 0.99}
+#: stat name -> quantile probability (None: the mean): the statistics a fit can use.
+QUANTILES: dict[str, float | None] = {
+    k: v for k, v in stats.QUANTILES.items() if k in ("mean", "p50", "p95", "p99")
+}
 _Z = 1.959963984540054
 
 
@@ -28,8 +30,11 @@ class Observed:
 
     ``levels`` has one row per level (sorted) with ``level``, ``n``, ``n_failed``,
     ``throughput_rps``, ``tokens_mean`` (output tokens), ``think_s`` (closed loop: mean time a
-    client spent between requests), ``mean_s``, ``std_s``, ``p50_s``, ``p95_s``, ``p99_s`` and
-    a standard error ``se_<stat>_s`` for each statistic.
+    client spent between requests), ``mean_s``, ``std_s``, ``p50_s``, ``p95_s``, ``p99_s``, a
+    standard error ``se_<stat>_s`` for each statistic (by batch means over request order, see
+    :mod:`llmlat.stats`) and ``vif``: the variance of the mean over its independent-draws value
+    (1 for independent requests; larger when consecutive requests share queue states). ``times``
+    holds each level's steady-state times in request order.
     """
 
     kind: str
@@ -42,31 +47,34 @@ class Observed:
     notes: list[str] = field(default_factory=list)
     #: quantile probability -> that quantile of the output length over its mean (ok rows)
     tokens_q: dict[float, float] = field(default_factory=dict)
+    #: level left out -> why (refused, no success, no steady state)
+    dropped: dict[float, str] = field(default_factory=dict)
 
 
-def _stats_from_times(times: list[np.ndarray]) -> dict[str, np.ndarray]:
-    out: dict[str, list[float]] = {k: [] for k in ("n", "mean_s", "std_s")}
+def _stats_from_times(times: list[np.ndarray], batch: list[int]) -> dict[str, np.ndarray]:
+    out: dict[str, list[float]] = {k: [] for k in ("n", "mean_s", "std_s", "vif")}
     for name in QUANTILES:
         out[f"se_{name}_s"] = []
         if name != "mean":
             out[f"{name}_s"] = []
-    for t in times:
+    for t, size in zip(times, batch, strict=True):
         n = len(t)
-        s = np.sort(t)
-        std = float(np.std(s, ddof=1)) if n > 1 else np.nan
+        std = float(np.std(t, ddof=1)) if n > 1 else np.nan
+        mean, se, _ = stats.batch_means(t, size)
+        vif = (se / (std / np.sqrt(n))) ** 2 if n > 1 and std > 0 else 1.0
         out["n"].append(n)
-        out["mean_s"].append(float(s.mean()))
+        out["mean_s"].append(mean)
         out["std_s"].append(std)
-        out["se_mean_s"].append(std / np.sqrt(n))
+        out["se_mean_s"].append(se)
+        out["vif"].append(vif)
         for name, q in QUANTILES.items():
             if q is None:
                 continue
-            out[f"{name}_s"].append(float(np.quantile(s, q)))
-            # distribution-free: the order statistics bracketing a 95% interval for the quantile
-            half = _Z * np.sqrt(n * q * (1 - q))
-            lo = s[int(np.clip(np.floor(n * q - half), 0, n - 1))]
-            hi = s[int(np.clip(np.ceil(n * q + half), 0, n - 1))]
-            out[f"se_{name}_s"].append(float(hi - lo) / (2 * _Z))
+            est, lo, hi = stats.quantile_interval(t, q, stats.CONFIDENCE)
+            out[f"{name}_s"].append(est)
+            # the order-statistic interval holds for independent draws: widen it as the mean's
+            width = (hi - lo) if np.isfinite(hi - lo) else np.nan
+            out[f"se_{name}_s"].append(width / (2 * _Z) * np.sqrt(vif))
     return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
 
 
@@ -116,13 +124,13 @@ def _from_requests(
     if col not in req or "level" not in req:
         raise ValueError(f"data: requests table needs columns 'level' and {col!r}")
     kind = _kind(req, level_kind)
-    throughput = _throughput(req)
-    if "phase" in req:
-        req = req[req["phase"].astype(str).to_numpy() != "warmup"]
+    phase = stats.phases(req)
+    throughput = _throughput(req, phase)
+    req = req[phase != "warmup"]
+    steady = phase[phase != "warmup"] == "measure"
     values = req[col].to_numpy(dtype=np.float64, na_value=np.nan)
-    ok = np.isfinite(values)
-    if "ok" in req:
-        ok &= req["ok"].fillna(False).to_numpy(dtype=bool)
+    answered = stats.ok_mask(req)
+    ok = np.isfinite(values) & answered
     if not ok.any():
         kinds = req["error_kind"].value_counts().to_dict() if "error_kind" in req else {}
         raise ValueError(
@@ -140,24 +148,35 @@ def _from_requests(
                 "refused with 429 or retried; measure at lower load, or pass max_refused=None "
                 "to fit them anyway"
             )
-        if refused.size:
+        if refused.size and kind == "rate":
+            notes.append(
+                f"levels {_fmt(refused)}: more than {max_refused:.0%} of their requests were "
+                "refused with 429 or retried; fitted as overloaded (their throughput measures "
+                "capacity, their latency is not used)"
+            )
+        elif refused.size:
             ok &= ~np.isin(lv_all, refused)
             notes.append(
-                f"levels {refused.tolist()} left out: more than {max_refused:.0%} of their "
+                f"levels {_fmt(refused)} left out: more than {max_refused:.0%} of their "
                 "requests were refused with 429 or retried, which a queueing model without "
                 "admission control does not describe (max_refused=None keeps them)"
             )
-    levels = np.unique(lv_all[ok])
-    dropped = np.setdiff1d(np.setdiff1d(np.unique(lv_all), levels), refused)
-    if dropped.size:
-        notes.append(f"levels {dropped.tolist()} had no successful request and were left out")
-    order = np.argsort(lv_all[ok], kind="stable")
+    dropped = {} if kind == "rate" else {float(v): "refused (429) or retried" for v in refused}
+    levels = np.unique(lv_all[ok & steady])
+    for v in np.setdiff1d(np.setdiff1d(np.unique(lv_all), levels), refused):
+        why = "no successful request" if not (ok & (lv_all == v)).any() else "no steady state"
+        dropped[float(v)] = why
+        notes.append(f"level {v:g} left out: {why}")
+    ok &= steady
+    start = stats.row_times(req)[0]
+    order = np.lexsort((np.nan_to_num(start[ok]), lv_all[ok]))
     lv_ok, val_ok = lv_all[ok][order], values[ok][order]
     cuts = np.searchsorted(lv_ok, levels[1:])
     times = np.split(val_ok, cuts)
-    table = pd.DataFrame({"level": levels, **_stats_from_times(times)})
-    n_all = pd.Series(lv_all).value_counts()
-    table["n_failed"] = n_all.reindex(levels).to_numpy() - table["n"].to_numpy()
+    batch = _batches(kind, levels)
+    table = pd.DataFrame({"level": levels, **_stats_from_times(times, batch)})
+    failed = pd.Series(~answered).groupby(lv_all).sum()
+    table["n_failed"] = failed.reindex(levels).to_numpy()
     table["throughput_rps"] = throughput.reindex(levels).to_numpy(dtype=np.float64)
     if "completion_tokens" in req:
         tok = pd.to_numeric(req["completion_tokens"], errors="coerce")
@@ -166,12 +185,27 @@ def _from_requests(
     else:
         table["tokens_mean"] = np.nan
     table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
+    # an open level that refuses requests truncates its queue: its latency is not an M/M/c one
+    shed = _refused_levels(req, lv_all, _SHED) if kind == "rate" else refused
+    table["overloaded"] = _overloaded(table, kind, np.union1d(refused, shed))
+    if kind == "rate":  # served less than offered while the latency keeps growing
+        # the whole level, transient included: a queue that never stops growing is all transient
+        whole = np.isfinite(values) & answered
+        growing = np.array(
+            [
+                stats.grows(values[whole & (lv_all == v)][np.argsort(start[whole & (lv_all == v)])])
+                for v in levels
+            ],
+            dtype=bool,
+        )
+        short = table["throughput_rps"].to_numpy() < table["level"].to_numpy()
+        table["overloaded"] |= growing & short
     w = table["n"].to_numpy(dtype=np.float64)
     good = np.isfinite(table["think_s"].to_numpy())
     think = float(np.average(table["think_s"][good], weights=w[good])) if good.any() else np.nan
     tok = _mean_col(req, "completion_tokens", ok)
     ptok = _mean_col(req, "prompt_tokens", ok)
-    obs = Observed(kind, metric, table, think, tok, ptok, times, notes)
+    obs = Observed(kind, metric, table, think, tok, ptok, times, notes, dropped=dropped)
     if "completion_tokens" in req and tok > 0:
         lengths = pd.to_numeric(req["completion_tokens"], errors="coerce").to_numpy(
             np.float64, na_value=np.nan
@@ -180,19 +214,6 @@ def _from_requests(
         probs = [v for v in QUANTILES.values() if v is not None]
         obs.tokens_q = dict(zip(probs, np.quantile(lengths, probs) / tok, strict=True))
     return obs
-
-
-_TIMING = (
-    "run_id",
-    "level",
-    "phase",
-    "ok",
-    "status",
-    "t_scheduled",
-    "t_sent",
-    "t_end",
-    "latency_s",
-)
 
 
 def _refused_levels(req: pd.DataFrame, levels: np.ndarray, share: float) -> np.ndarray:
@@ -206,14 +227,69 @@ def _refused_levels(req: pd.DataFrame, levels: np.ndarray, share: float) -> np.n
     return rates.index[rates > share].to_numpy(dtype=np.float64)
 
 
-def _throughput(req: pd.DataFrame) -> pd.Series:
-    """Per level: the steady-window completion rate of :func:`llmlat.summary.summarize`.
+def _throughput(req: pd.DataFrame, phase: np.ndarray) -> pd.Series:
+    """Per level: :func:`llmlat.stats.throughput`, the summary's steady-window rate.
 
     One definition for the summary table and the fit; several runs of one level are averaged.
     """
-    cols = [c for c in _TIMING if c in req]
-    table = summarize(req[cols])
-    return table.groupby("level")["throughput_rps"].mean()
+    start, end = stats.row_times(req)
+    ok = stats.ok_mask(req)
+    keys = [k for k in ("run_id", "level") if k in req]
+    rates: dict[float, list[float]] = {}
+    for key, idx in req.groupby(keys, sort=False, dropna=False).indices.items():
+        level = float(key[-1] if isinstance(key, tuple) else key)
+        x = stats.throughput(
+            start[idx], end[idx], ok[idx], phase[idx] == "transient", phase[idx] != "warmup"
+        )[0]
+        rates.setdefault(level, []).append(x)
+    return pd.Series({k: float(np.mean(v)) for k, v in rates.items()})
+
+
+#: An open level is overloaded when its throughput falls short of the offered rate by more than
+#: this many Poisson standard errors (and by more than :data:`_SHORT` of it).
+_SIGMAS = 2.0
+_SHORT = 0.02
+#: An open level refusing more than this share of its requests is fitted by its throughput.
+_SHED = 0.01
+
+
+def _overloaded(table: pd.DataFrame, kind: str, refused: np.ndarray) -> np.ndarray:
+    """Open levels past capacity: served clearly less than offered, or refusing.
+
+    Their latency describes a queue that grows (or a queue cap), not a steady state; their
+    throughput is the capacity. A closed level is never overloaded (its clients wait).
+    """
+    if kind != "rate":
+        return np.zeros(len(table), bool)
+    lam = table["level"].to_numpy(dtype=np.float64)
+    x = table["throughput_rps"].to_numpy(dtype=np.float64)
+    n = np.fmax(table["n"].to_numpy(dtype=np.float64), 1.0)
+    short = x < lam * (1 - np.fmax(_SIGMAS / np.sqrt(n), _SHORT))
+    return (short & np.isfinite(x)) | np.isin(lam, refused)
+
+
+def latency_levels(obs: Observed) -> Observed:
+    """The levels whose latency a steady-state model describes (not overloaded).
+
+    Parameters
+    ----------
+    obs : Observed
+        Every level.
+
+    Returns
+    -------
+    Observed
+        The same with the overloaded levels left out.
+    """
+    if "overloaded" not in obs.levels or not obs.levels["overloaded"].any():
+        return obs
+    keep = ~obs.levels["overloaded"].to_numpy(bool)
+    times = None if obs.times is None else [t for t, k in zip(obs.times, keep, strict=True) if k]
+    return replace(obs, levels=obs.levels[keep].reset_index(drop=True), times=times)
+
+
+def _fmt(levels: np.ndarray) -> str:
+    return "[" + ", ".join(f"{v:g}" for v in levels) + "]"
 
 
 def _mean_col(frame: pd.DataFrame, col: str, mask: np.ndarray) -> float:
@@ -237,6 +313,7 @@ def _from_levels(tab: pd.DataFrame, metric: str, level_kind: str | None) -> Obse
     out["std_s"] = col(f"{metric}_std_s")
     out["mean_s"] = col(f"{metric}_mean_s")
     out["se_mean_s"] = out["std_s"] / np.sqrt(out["n"])
+    out["vif"] = 1.0  # a per-level table says nothing of the requests' correlation
     for name, q in QUANTILES.items():
         if q is None:
             continue
@@ -248,6 +325,7 @@ def _from_levels(tab: pd.DataFrame, metric: str, level_kind: str | None) -> Obse
     out["throughput_rps"] = col("throughput_rps")
     out["tokens_mean"] = col("completion_tokens_mean")
     out["think_s"] = col("think_s")
+    out["overloaded"] = _overloaded(out, kind, np.empty(0))
     think = col("think_s")
     return Observed(
         kind,
@@ -347,7 +425,11 @@ def observe(
 
 
 def resample(obs: Observed, rng: np.random.Generator) -> Observed:
-    """Bootstrap replicate: resample the requests of every level with replacement.
+    """Bootstrap replicate: a moving-block bootstrap of every level's requests in order.
+
+    Blocks are as long as the batches of :func:`llmlat.stats.batch_means`, so a replicate keeps
+    the correlation of consecutive requests (resampling single requests would hide it and give
+    intervals too narrow).
 
     Parameters
     ----------
@@ -362,9 +444,20 @@ def resample(obs: Observed, rng: np.random.Generator) -> Observed:
         Same levels and throughput, statistics recomputed from the resampled times.
     """
     if obs.times is None:
-        raise ValueError("data: bootstrap needs per-request times, not a per-level table")
-    times = [t[rng.integers(0, len(t), len(t))] for t in obs.times]
+        raise ValueError("data: bootstrap needs per-request data, not a per-level table")
+    batch = _batches(obs.kind, obs.levels["level"].to_numpy())
+    times = []
+    for t, size in zip(obs.times, batch, strict=True):
+        n = len(t)
+        size = min(max(size, int(np.ceil(n / 20))), n)
+        starts = rng.integers(0, n - size + 1, int(np.ceil(n / size)))
+        times.append(np.concatenate([t[a : a + size] for a in starts])[:n])
     table = obs.levels.copy()
-    for k, v in _stats_from_times(times).items():
+    for k, v in _stats_from_times(times, batch).items():
         table[k] = v
     return replace(obs, levels=table, times=times)
+
+
+def _batches(kind: str, levels: np.ndarray) -> list[int]:
+    """Fewest requests per batch: a closed level's requests a round (N) apart share a state."""
+    return [int(v) if kind == "concurrency" else 1 for v in levels]

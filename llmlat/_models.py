@@ -125,7 +125,7 @@ class Model:
             service = p["tokens"] * (p["t0_s"] + p["t1_s"] * busy ** p["gamma"])
         elif kind == "rate":
             c, mu = p["c"], p["mu"]
-            cv2 = p["cv_s"] ** 2 if self.name == "mgc" else 1.0
+            cv2 = p.get("cv_s", 1.0) ** 2  # Allen-Cunneen with the measured service CV
             with np.errstate(divide="ignore"):
                 wq = q.erlang_c(c, loads / mu) / np.maximum(c * mu - loads, 0.0)
             mean = np.where(loads < c * mu, wq * (1.0 + cv2) / 2.0 + 1.0 / mu, np.inf)
@@ -158,8 +158,13 @@ class Model:
             return np.where(np.isfinite(mean), mean + (ratio - 1.0) * service, np.inf)
 
     def _quantile(self, p: dict, loads: np.ndarray, kind: str, prob: float) -> np.ndarray:
-        if self.name == "mgc":
+        # a measured service CV (set only where it is clearly not 1): the general service law
+        if "cv_s" in p and (self.name == "mgc" or kind == "rate"):
             return q.mgc_response_quantile(prob, loads, p["mu"], p["c"], p["cv_s"])
+        if "cv_s" in p:
+            return q.closed_mgc_response_quantile(
+                prob, loads.astype(np.int64), p["mu"], p["c"], p["think_s"], p["cv_s"]
+            )
         if kind == "rate":
             stable = loads < p["c"] * p["mu"]
             res = np.full(loads.shape, np.inf)

@@ -12,7 +12,7 @@ import heapq
 import numpy as np
 import pandas as pd
 
-__all__ = ["batch_closed_requests", "mmc_closed_requests", "mmc_open_requests"]
+__all__ = ["batch_closed_requests", "mgc_sweep", "mmc_closed_requests", "mmc_open_requests"]
 
 
 def _frame(level, kind, sched, start, end, worker) -> pd.DataFrame:
@@ -222,5 +222,101 @@ def batch_closed_requests(
         sends, ends, workers, lengths = zip(*rows[warmup:m], strict=True)
         frame = _frame(big_n, "concurrency", sends, sends, ends, workers)
         frame["completion_tokens"] = pd.array(lengths, dtype="Int64")
+        out.append(frame)
+    return pd.concat(out, ignore_index=True)
+
+
+def _service(rng: np.random.Generator, mu: float, cv_s: float, size: int) -> np.ndarray:
+    """Service times of mean 1/mu: exponential for cv 1, else gamma with that CV."""
+    if cv_s == 1.0:
+        return rng.exponential(1 / mu, size)
+    return rng.gamma(1 / cv_s**2, cv_s**2 / mu, size)
+
+
+def mgc_sweep(
+    kind: str,
+    levels: list[float],
+    mu: float,
+    c: int,
+    *,
+    cv_s: float = 1.0,
+    queue_cap: int | None = None,
+    seed: int = 0,
+    length: float = 1.0,
+) -> pd.DataFrame:
+    """Simulate a whole sweep as llmlat runs it, on c FCFS servers (M/G/c), exactly.
+
+    Each level starts empty and runs the default length of :func:`llmlat.loadshapes.default_length`
+    with no warmup: a closed level's N clients all send at time 0 (the start-up transient is in
+    the data, as in a real sweep); an open level's Poisson arrivals run for its duration. With
+    ``queue_cap`` an open level refuses (429, ``rate_limited``) an arrival that finds that many
+    requests waiting.
+
+    Parameters
+    ----------
+    kind : {"concurrency", "rate"}
+        Closed loop (levels are client counts, no think time) or open loop (arrival rates).
+    levels : list of float
+        The swept values.
+    mu : float
+        Service rate of one server (mean service time 1 / mu).
+    c : int
+        Servers.
+    cv_s : float, default 1.0
+        Service-time coefficient of variation (1: exponential; else gamma).
+    queue_cap : int, optional
+        Most requests waiting (not in service) in an open level; more are refused.
+    seed : int, default 0
+        Seed.
+    length : float, default 1.0
+        Multiplies every level's default length.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A requests table with ``ok``, ``status``, ``error_kind`` and ``attempts``.
+    """
+    from llmlat.loadshapes import default_length
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for value in levels:
+        reqs, dur = default_length(kind, value)
+        reqs, dur = int(length * (reqs or 0)), length * (dur or 0.0)
+        free = [0.0] * c
+        rows = []  # (sent, start, end, worker, ok)
+        if kind == "concurrency":
+            ready = [(0.0, w) for w in range(int(value))]
+            svc = _service(rng, mu, cv_s, reqs)
+            for i in range(reqs):
+                t, w = heapq.heappop(ready)
+                f = heapq.heappop(free)
+                e = max(t, f) + svc[i]
+                heapq.heappush(free, e)
+                heapq.heappush(ready, (e, w))
+                rows.append((t, max(t, f), e, w, True))
+        else:
+            arr = np.cumsum(rng.exponential(1 / value, int(3 * value * dur) + 50))
+            arr = arr[arr < dur]
+            svc = _service(rng, mu, cv_s, len(arr))
+            ends: list[float] = []  # accepted requests still in the system
+            for i, a in enumerate(arr):
+                while ends and ends[0] <= a:
+                    heapq.heappop(ends)
+                if queue_cap is not None and len(ends) - c >= queue_cap:
+                    rows.append((a, a, a + 1e-3, -1, False))
+                    continue
+                f = heapq.heappop(free)
+                e = max(a, f) + svc[i]
+                heapq.heappush(free, e)
+                heapq.heappush(ends, e)
+                rows.append((a, max(a, f), e, -1, True))
+        rows.sort()
+        sent, start, end, worker, ok = (np.asarray(x) for x in zip(*rows, strict=True))
+        frame = _frame(value, kind, sent, start, end, [w if w >= 0 else None for w in worker])
+        frame["ok"] = ok.astype(bool)
+        frame["status"] = pd.array(np.where(ok, 200, 429), dtype="Int64")
+        frame["error_kind"] = pd.array([None if o else "rate_limited" for o in ok], dtype="string")
+        frame["attempts"] = 1
         out.append(frame)
     return pd.concat(out, ignore_index=True)

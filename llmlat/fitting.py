@@ -40,7 +40,7 @@ from scipy import optimize, stats
 from statsmodels.base.model import GenericLikelihoodModel
 from statsmodels.iolib.summary2 import Summary
 
-from llmlat._aggregate import QUANTILES, Observed, observe, resample
+from llmlat._aggregate import QUANTILES, Observed, latency_levels, observe, resample
 from llmlat._models import MODELS, Model
 
 __all__ = ["MAX_REFUSED", "FitResult", "Plan", "compare", "fit"]
@@ -71,13 +71,33 @@ class _Estimate:
     profile: dict[int, float]
     p: dict
     cov: np.ndarray
+    #: integer -> best continuous parameters there (log scale), where profiled
+    thetas: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 class _Problem:
     """One model, one data set, one estimation method: the objective for each integer."""
 
     def __init__(self, model: Model, obs: Observed, method: str, stat: str, fixed: dict):
-        self.model, self.obs, self.method, self.stat, self.fixed = model, obs, method, stat, fixed
+        self.model, self.method, self.stat, self.fixed = model, method, stat, fixed
+        # overloaded open levels: their throughput is evidence of capacity, not their latency
+        self.all, self.obs = obs, latency_levels(obs)
+        flag = obs.levels["overloaded"].to_numpy(bool) if "overloaded" in obs.levels else None
+        if flag is None or not flag.any():
+            self.x_over = self.se_over = self.lam_over = np.empty(0)
+        else:
+            x = obs.levels["throughput_rps"].to_numpy(dtype=np.float64)[flag]
+            n = np.fmax(obs.levels["n"].to_numpy(dtype=np.float64)[flag], 1.0)
+            self.x_over, self.se_over = x, x / np.sqrt(n)
+            self.lam_over = obs.levels["level"].to_numpy(dtype=np.float64)[flag]
+        if len(self.obs.levels) == 0:
+            raise ValueError(
+                "level: every level is overloaded (throughput short of the offered rate); "
+                "the capacity is about "
+                f"{np.nanmax(self.x_over):.3g} req/s, but the service time needs levels below "
+                "it: measure at lower rates"
+            )
+        obs = self.obs
         lv = obs.levels
         self.loads = lv["level"].to_numpy(dtype=np.float64)
         if method == "wls":
@@ -95,9 +115,21 @@ class _Problem:
                 ratio = fixed["tokens"] / lv["tokens_mean"].to_numpy(dtype=np.float64)
                 ratio = np.where(np.isfinite(ratio), ratio, 1.0)
                 self.y, self.se = self.y * ratio, self.se * ratio
+            self.se = np.concatenate([self.se, self.se_over])
         self.nobs = len(lv) if method == "wls" else int(sum(len(t) for t in obs.times))
+        self.nobs += len(self.x_over)
         if method == "ml":
             self.binned, self.weights = _bin_times(obs)
+
+    def _over_resid(self, p: dict) -> np.ndarray:
+        """Standardised residuals of the overloaded levels' throughput: min(lambda, capacity)."""
+        if not len(self.x_over):
+            return self.x_over
+        return (self.x_over - np.minimum(self.lam_over, self.model.capacity(p))) / self.se_over
+
+    def _over_llobs(self, p: dict) -> np.ndarray:
+        r = self._over_resid(p)
+        return -0.5 * _LOG2PI - np.log(self.se_over) - 0.5 * r**2
 
     def params(self, theta: np.ndarray, k: int | None) -> dict:
         return self.model.params(theta[: len(self.model.free)], k, self.fixed)
@@ -106,14 +138,17 @@ class _Problem:
         p = self.params(theta, k)
         think = p.get("level_think_s")
         pred = self.model.predict(p, self.loads, self.obs.kind, (self.stat,), think)
-        r = (self.y - pred[f"{self.stat}_s"]) / self.se
+        r = (self.y - pred[f"{self.stat}_s"]) / self.se[: len(self.y)]
+        r = np.concatenate([r, self._over_resid(p)])
         return np.where(np.isfinite(r), r, 1e6)
 
     def llf(self, theta: np.ndarray, k: int | None) -> float:
         """Log-likelihood, with the WLS scale concentrated out."""
         with np.errstate(all="ignore"):
             if self.method == "ml":
-                v = float(self.weights @ self.model.loglikeobs(self.params(theta, k), self.binned))
+                p = self.params(theta, k)
+                v = float(self.weights @ self.model.loglikeobs(p, self.binned))
+                v += float(np.sum(self._over_llobs(p)))
             else:
                 r = self._resid(theta, k)
                 s2 = max(float(np.mean(r**2)), 1e-16)
@@ -124,7 +159,13 @@ class _Problem:
     def llobs_full(self, k: int | None):
         """Per-observation log-likelihood of all parameters (WLS: log scale last)."""
         if self.method == "ml":
-            return lambda th: self.weights * self.model.loglikeobs(self.params(th, k), self.binned)
+
+            def ml(th):
+                p = self.params(th, k)
+                lat = self.weights * self.model.loglikeobs(p, self.binned)
+                return np.concatenate([lat, self._over_llobs(p)])
+
+            return ml
 
         def fn(th):
             s = np.exp(th[-1]) * self.se
@@ -137,7 +178,10 @@ class _Problem:
         """Log-likelihood of every request (maximum likelihood works on binned times)."""
         if self.method != "ml":
             return float(np.sum(self.llobs_full(k)(theta)))
-        return float(np.sum(self.model.loglikeobs(self.params(theta, k), self.obs)))
+        info = np.repeat(_information(self.obs), [len(t) for t in self.obs.times])
+        p = self.params(theta, k)
+        lat = float(info @ self.model.loglikeobs(p, self.obs))
+        return lat + float(np.sum(self._over_llobs(p)))
 
     def lower_bound(self, k: int | None) -> float:
         """Smallest log mu for which an open M/M/c is stable at every level."""
@@ -235,18 +279,32 @@ class _Problem:
 _BINS = 2000
 
 
+def _information(obs: Observed) -> np.ndarray:
+    """Per level: the information of one request relative to an independent draw, 1 / vif.
+
+    Consecutive requests share queue states, so n correlated requests carry the information
+    of about n / vif independent ones (vif from batch means, :mod:`llmlat.stats`); weighting
+    each request's log-likelihood by 1 / vif makes the curvature, the profile over the integer
+    and every interval honest about it (a quasi-likelihood).
+    """
+    vif = obs.levels["vif"].to_numpy(dtype=np.float64) if "vif" in obs.levels else None
+    if vif is None:
+        return np.ones(len(obs.levels))
+    return 1.0 / np.where(np.isfinite(vif), np.clip(vif, 1.0, None), 1.0)
+
+
 def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
     times, weights = [], []
-    for t in obs.times:
+    for t, info in zip(obs.times, _information(obs), strict=True):
         if len(t) <= 2 * _BINS:
             times.append(t)
-            weights.append(np.ones(len(t)))
+            weights.append(np.full(len(t), info))
             continue
         s = np.sort(t)
         edges = np.linspace(0, len(s), _BINS + 1).astype(np.int64)[:-1]
         counts = np.diff(np.append(edges, len(s)))
         times.append(np.add.reduceat(s, edges) / counts)
-        weights.append(counts.astype(np.float64))
+        weights.append(info * counts.astype(np.float64))
     return replace(obs, times=times), np.concatenate(weights)
 
 
@@ -342,22 +400,23 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
         lo, hi = model.int_range(problem.obs)
         if problem.method == "ml" and candidates is None:
             # cheap per-level profile first, then a short walk on the full likelihood
-            coarse_prob = _Problem(model, problem.obs, "wls", "mean", problem.fixed)
+            coarse_prob = _Problem(model, problem.all, "wls", "mean", problem.fixed)
             coarse = _profile(coarse_prob, lo, hi)
             k0 = max(coarse, key=lambda j: coarse[j][1])
-            _check_saturation(model, problem.obs, coarse, hi)
+            _check_saturation(model, problem.all, coarse, hi)
             cache = _walk(problem, k0, lo, hi, {j: v[0] for j, v in coarse.items()})
         else:
             cache = _profile(problem, lo, hi, candidates)
         k = max(cache, key=lambda j: cache[j][1])
         if candidates is None:
-            _check_saturation(model, problem.obs, cache, hi)
+            _check_saturation(model, problem.all, cache, hi)
         theta, llf = cache[k]
         prof = {j: v[1] for j, v in sorted(cache.items())}
     theta_full, cov, llf = _statsmodels_fit(problem, theta, k, llf)
     if k is not None:
         prof[k] = max(prof[k], llf)
-    return _Estimate(theta_full, k, llf, prof, problem.params(theta_full, k), cov)
+    thetas = {j: v[0] for j, v in cache.items()} if k is not None else {}
+    return _Estimate(theta_full, k, llf, prof, problem.params(theta_full, k), cov, thetas)
 
 
 def _check_saturation(model: Model, obs: Observed, cache: dict, hi: int) -> None:
@@ -382,7 +441,7 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
         r = problem._resid(theta, k)
         start = np.append(theta, 0.5 * np.log(max(float(np.mean(r**2)), 1e-16)))
         names.append("log_scale")
-    nobs = problem.nobs if problem.method == "wls" else len(problem.weights)
+    nobs = problem.nobs if problem.method == "wls" else len(problem.weights) + len(problem.x_over)
     mod = _Likelihood(problem.llobs_full(k), nobs, names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -450,15 +509,32 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
             fixed["gamma"] = 1.0 if gamma is None else float(gamma)
-    if model.name == "mgc":
-        if cv_s is None:
+    if model.family == "mmc":
+        given = cv_s is not None
+        if not given:
             lv = obs.levels.iloc[0]
             cv_s = float(lv["std_s"] / lv["mean_s"])
-            if not np.isfinite(cv_s):
+            if not np.isfinite(cv_s) and model.name == "mgc":
                 raise ValueError("cv_s: the data has no spread at the lightest level; pass cv_s")
-            notes.append(f"service-time CV {cv_s:.3g} taken from the lightest level")
-        fixed["cv_s"] = float(cv_s)
+        if np.isfinite(cv_s) and (
+            model.name == "mgc" or given or _not_exponential(cv_s, obs.levels["n"].iloc[0])
+        ):
+            fixed["cv_s"] = float(cv_s)
+            if not given:
+                notes.append(
+                    f"service-time CV {cv_s:.3g} taken from the lightest level; quantiles "
+                    "use that service law (M/G/c), not the exponential one"
+                )
     return fixed, notes
+
+
+def _not_exponential(cv: float, n: float) -> bool:
+    """Whether a measured service-time CV is clearly not the exponential law's 1.
+
+    The sampling error of a CV near 1 over n draws is about 1 / sqrt(n); three of them, and
+    never less than 0.15 (where the exact M/M/c quantiles are kept).
+    """
+    return bool(abs(cv - 1.0) > max(0.15, 3.0 / np.sqrt(max(float(n), 1.0))))
 
 
 def _pick_model(name: str, obs: Observed, gamma) -> Model:
@@ -477,19 +553,34 @@ def _pick_model(name: str, obs: Observed, gamma) -> Model:
     return model
 
 
+def _dropped_text(obs: Observed) -> str:
+    """Name the levels left out and why, and the levels worth measuring instead."""
+    if not obs.dropped:
+        return ""
+    kept = obs.levels["level"].to_numpy(dtype=np.float64)
+    why = ", ".join(f"{v:g} ({r})" for v, r in sorted(obs.dropped.items()))
+    above = [v for v in obs.dropped if v > kept.max()]
+    top = min(above) if above else 4 * kept.max()
+    add = np.unique(np.round(np.geomspace(kept.max(), top, 5)[1:-1], 2 if top < 10 else 0))
+    add = [v for v in add if v not in kept and v not in obs.dropped]
+    hint = f"; add levels between {kept.max():g} and {top:g}, e.g. " if add else ""
+    return f" (left out: {why}{hint}{', '.join(f'{v:g}' for v in add)})"
+
+
 def _check_levels(model: Model, obs: Observed, method: str) -> None:
     n = len(obs.levels)
     if n < 2:
         raise ValueError(
-            f"level: only one load level ({obs.levels['level'].iloc[0]:g}); a queueing model "
-            "needs several. Measure at least 3 levels, from light load up to saturation"
+            f"level: only one load level ({obs.levels['level'].iloc[0]:g}) can be fitted"
+            f"{_dropped_text(obs)}; a queueing model needs several. Measure at least 3 "
+            "levels, from light load up to saturation"
         )
     if method == "wls":
         need = len(model.free) + 1 + (model.integer is not None)
         if n <= need:
             raise ValueError(
                 f"level: {n} levels cannot identify {need} parameters of {model.name!r} by "
-                f"least squares; measure at least {need + 1} levels"
+                f"least squares{_dropped_text(obs)}; measure at least {need + 1} levels"
             )
 
 
@@ -589,23 +680,66 @@ def _max_refused(value: object) -> float | None:
 
 
 def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
-    """Rank every applicable model by least-squares AIC, refit the best with ``method``."""
-    table, fits = _compare(obs, None, stat, opts)
+    """Rank every applicable model by least-squares AIC, refit the best with ``method``.
+
+    Level means alone hardly tell c exponential servers from a batching server (both are flat,
+    then linear in N). The requests do: at the lightest level a batch's latency is its output
+    length times a step time, far less variable than an exponential service. So when the
+    lightest level's CV is that of an exponential law, only the M/M/c family is ranked.
+    """
+    names = None
+    if obs.times is not None and opts["cv_s"] is None:
+        light = obs.levels.iloc[0]
+        cv = float(light["std_s"] / light["mean_s"])
+        if np.isfinite(cv) and not _not_exponential(cv, light["n"]):
+            # "closed" estimates a think time the data did not measure; here they did
+            skip = {"batch", "closed"} if np.isfinite(obs.think_s) else {"batch"}
+            names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
+    table, fits = _compare(obs, names, stat, opts)
     ok = table[table["aic"].notna()]
     if ok.empty:
-        raise ValueError(f"model: no model could be fitted: {table['error'].iloc[0]}")
+        if obs.times is None or method == "wls":
+            raise ValueError(f"model: no model could be fitted: {table['error'].iloc[0]}")
+        # too few levels to rank models by least squares; the likelihood of every request
+        # may still identify c servers of rate mu
+        try:
+            res = _fit_obs(obs, "mmc", stat, method, opts)
+        except ValueError as exc:
+            raise ValueError(f"model: no model could be fitted: {exc}") from None
+        res.notes.append(
+            f"too few levels to compare models ({table['error'].iloc[0]}); fitted mmc by "
+            "maximum likelihood on every request"
+        )
+        return res
     best = str(ok.index[0])
     same = _method(fits[best]._model, obs, method, stat) == "wls"
     res = fits[best] if same else _fit_obs(obs, best, stat, method, opts)
-    res.notes.append(f"model chosen by AIC among {', '.join(ok.index)}")
+    close = [str(m) for m in ok.index[1:] if ok.loc[m, "delta_aic"] < 2]
+    if close:
+        res.notes.append(
+            f"model chosen by AIC among {', '.join(ok.index)}, but {', '.join(close)} fit "
+            "these data about as well (AIC within 2): indistinguishable here; measure more "
+            "levels around the knee to tell them apart"
+        )
+    else:
+        res.notes.append(f"model chosen by AIC among {', '.join(ok.index)}")
+    if names is not None:
+        res.notes.append(
+            f"service-time CV {cv:.2g} at the lightest level, as for exponential service: "
+            "batching (near-constant service per output length) not considered"
+        )
     return res
 
 
 def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> FitResult:
     model = _pick_model(name, obs, opts["gamma"])
     meth = _method(model, obs, method, stat)
-    _check_levels(model, obs, meth)
     fixed, notes = _fixed(model, obs, **opts)
+    if method == "auto" and meth == "ml" and "cv_s" in fixed and model.name != "mgc":
+        # the likelihood is that of exponential service: misspecified here; fit the means
+        meth = "wls"
+        notes.append("service not exponential: fitted by least squares on the level means")
+    _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
     res = FitResult(problem, _estimate(problem), list(obs.notes) + notes)
     if model.family != "batch" or len(obs.levels) < 7:
@@ -703,50 +837,74 @@ def compare(
     return _compare(obs, models, stat, opts)[0]
 
 
+def _min_or_none(values) -> int | None:
+    """Smallest of the values that are not None (None if all are)."""
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
+
+
 @dataclass
 class Plan:
     """The answer of :meth:`FitResult.plan` (all rates in requests/s).
 
+    Every bound is taken on the conservative end of the fit's uncertainty: the worst of the
+    parameter sets inside the 95% intervals (one-sided), not the point estimate, so the
+    recommended load meets the target unless the model itself is wrong.
+
     Attributes
     ----------
     target : str
-        The constraint, e.g. ``"p95 <= 2 s"`` (empty if only limits were given).
+        The constraint, e.g. ``"latency p95 <= 2 s"`` (empty if only limits were given).
+    feasible : bool
+        Whether some load meets the target. When not, the rates and concurrencies are NaN /
+        None and ``note`` says what the nearest feasible target is.
     max_rate_rps : float
-        Largest open-loop arrival rate meeting the target.
+        Largest open-loop arrival rate meeting the target (NaN when none does).
     utilization_at_max_rate : float
         ``max_rate_rps`` over the fitted capacity.
-    max_concurrency : int
-        Largest closed-loop concurrency meeting the target (with the fitted think time).
+    max_concurrency : int or None
+        Largest closed-loop concurrency meeting the target (with the fitted think time); None
+        when none does.
     utilization_at_max_concurrency : float
         Throughput at ``max_concurrency`` over the capacity.
     limit_rate_rps : float
         Rate allowed by the RPM/TPM limits (``inf`` if none given).
     limit_concurrency : int or None
-        Largest concurrency whose throughput stays under ``limit_rate_rps``.
+        Largest concurrency whose throughput stays under ``limit_rate_rps``; None when no
+        concurrency reaches it (the limit does not bind a closed loop).
     utilization_cap_rate_rps : float
         ``max_utilization`` times the capacity (``inf`` if not given).
     rate_rps : float
         The recommended rate: the smallest of the bounds above.
-    concurrency : int
-        The recommended concurrency: the smaller of the latency and limit bounds.
+    concurrency : int or None
+        The recommended concurrency: the smallest of the concurrency bounds (None: no bound).
     binding : str
-        Which bound sets ``rate_rps``.
+        Which bound sets ``rate_rps``: ``"latency target"``, ``"rpm limit"``, ``"tpm limit"``
+        or ``"utilization cap"`` (``"none"`` when the target is infeasible).
     capacity_rps : float
-        The fitted capacity (c * mu, or the batching throughput at the slot cap).
+        The fitted capacity (point estimate).
+    nearest_target_s : float
+        The smallest value of the target statistic the fit allows (a single request on an
+        idle station, on the conservative end): any target above it is feasible.
+    note : str
+        Plain-language caveats: infeasible targets, the conservative end used.
     """
 
     target: str
+    feasible: bool
     max_rate_rps: float
     utilization_at_max_rate: float
-    max_concurrency: int
+    max_concurrency: int | None
     utilization_at_max_concurrency: float
     limit_rate_rps: float
     limit_concurrency: int | None
     utilization_cap_rate_rps: float
     rate_rps: float
-    concurrency: int
+    concurrency: int | None
     binding: str
     capacity_rps: float
+    nearest_target_s: float
+    note: str = ""
 
     def to_frame(self) -> pd.DataFrame:
         """Return the plan as a one-column table.
@@ -757,6 +915,28 @@ class Plan:
             Field name -> value.
         """
         return pd.DataFrame({"value": pd.Series(self.__dict__, dtype=object)})
+
+    def describe(self) -> str:
+        """Say the plan in one sentence (what the demo and the report print).
+
+        Returns
+        -------
+        str
+            The recommended load and its binding bound, or why no load meets the target.
+        """
+        goal = self.target or "the limits given"
+        if not self.feasible:
+            return f"Plan for {goal}: {self.note}."
+        n = (
+            f"at most {self.concurrency} requests in flight"
+            if self.concurrency is not None
+            else "no concurrency bound (the station never gets that slow)"
+        )
+        return (
+            f"Plan for {goal}: {n}, or {self.rate_rps:.3g} requests/s open loop "
+            f"({self.rate_rps / self.capacity_rps:.0%} of the fitted capacity "
+            f"{self.capacity_rps:.3g} requests/s); bound: {self.binding}; {self.note}."
+        )
 
     def __repr__(self) -> str:
         return f"Plan({self.target or 'limits only'})\n{self.to_frame().to_string()}"
@@ -844,7 +1024,7 @@ class FitResult:
 
     # -- per-level view -------------------------------------------------------------------
     def _levels_table(self) -> pd.DataFrame:
-        obs = self._problem.obs.levels
+        obs = self._problem.all.levels
         s = self.stat
         p = self._est.p
         pred = self._model.predict(
@@ -857,6 +1037,8 @@ class FitResult:
         out[f"{s}_pred_s"] = pred[f"{s}_s"]
         out["resid_s"] = out[f"{s}_s"] - out[f"{s}_pred_s"]
         out["resid_rel"] = out["resid_s"] / out[f"{s}_pred_s"]
+        if "overloaded" in obs:  # fitted by its throughput only
+            out["overloaded"] = obs["overloaded"].to_numpy(bool)
         x = out["throughput_rps"].where(out["throughput_rps"].notna(), out["throughput_pred_rps"])
         out["utilization"] = x / self.capacity_rps
         return out.set_index("level")
@@ -875,6 +1057,30 @@ class FitResult:
         """Measured throughput of each level over the fitted capacity."""
         return self.levels["utilization"]
 
+    @property
+    def fittedvalues(self) -> pd.Series:
+        """Predicted statistic (``stat``) per level, seconds."""
+        return self.levels[f"{self.stat}_pred_s"]
+
+    def cov_params(self) -> pd.DataFrame:
+        """Covariance of the continuous parameters on the natural scale (delta method).
+
+        The integer parameter has no covariance (it is profiled, see :meth:`conf_int`); its
+        row and column are NaN.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Indexed by parameter, like :attr:`params`.
+        """
+        m = self._model
+        nfree = len(m.free)
+        scale = np.array([self._est.p[n] for n in m.free])
+        cov = self._est.cov[:nfree, :nfree] * np.outer(scale, scale)
+        out = pd.DataFrame(np.nan, index=self.params.index, columns=self.params.index)
+        out.loc[list(m.free), list(m.free)] = cov
+        return out
+
     # -- uncertainty ----------------------------------------------------------------------
     def conf_int(
         self, alpha: float = 0.05, method: str = "auto", n_boot: int = 100, seed: int = 0
@@ -886,10 +1092,11 @@ class FitResult:
         alpha : float, default 0.05
             1 - confidence level.
         method : {"auto", "asymptotic", "bootstrap"}, default "auto"
-            ``asymptotic``: Wald intervals on the log scale (so they stay positive) and the
-            profile-likelihood set for the integer. ``bootstrap``: resample requests within
-            each level, refit, take percentiles. ``auto`` bootstraps a least-squares fit with
-            few spare levels (where asymptotics are poor) when per-request data is available.
+            ``asymptotic`` (and ``auto``, the one :meth:`summary` shows): Wald intervals on
+            the log scale from the correlation-weighted likelihood (so they stay positive),
+            widened to span the optimum at every integer inside the integer's interval, which
+            is the profile-likelihood set. ``bootstrap``: a moving-block bootstrap of each
+            level's requests in order, refit, percentiles.
         n_boot : int, default 100
             Bootstrap replicates.
         seed : int, default 0
@@ -906,10 +1113,6 @@ class FitResult:
             raise ValueError(
                 f"method: expected 'auto', 'asymptotic' or 'bootstrap', got {method!r}"
             )
-        has_times = self._problem.obs.times is not None
-        if method == "auto":
-            few = self.method == "wls" and len(self.levels) - self.df_model < 5
-            method = "bootstrap" if few and has_times else "asymptotic"
         if method == "bootstrap":
             return self._bootstrap(alpha, n_boot, seed)
         z = stats.norm.ppf(1 - alpha / 2)
@@ -920,11 +1123,20 @@ class FitResult:
         # a bounded parameter's interval stays within its bounds (join_steps in [0.001, 1])
         lo, hi = self._problem._bounds(self._est.k, len(self._est.theta))
         rows = {}
+        centres = [th]
         if m.integer:
             rows[m.integer] = self._integer_interval(alpha)
+            # the joint set projected: each continuous interval spans its optimum at every
+            # integer inside the integer's interval (c and mu trade off against each other)
+            a, b = rows[m.integer]
+            centres += [v[:nfree] for j, v in self._est.thetas.items() if a <= j <= b]
+        low, high = np.min(centres, axis=0), np.max(centres, axis=0)
         with np.errstate(over="ignore"):  # an unidentified parameter: (0, inf)
-            for i, (name, t, s) in enumerate(zip(m.free, th, se, strict=True)):
-                rows[name] = (np.exp(max(t - z * s, lo[i])), np.exp(min(t + z * s, hi[i])))
+            for i, name in enumerate(m.free):
+                rows[name] = (
+                    np.exp(max(low[i] - z * se[i], lo[i])),
+                    np.exp(min(high[i] + z * se[i], hi[i])),
+                )
         return pd.DataFrame(rows, index=["lower", "upper"]).T
 
     def _integer_interval(self, alpha: float) -> tuple[float, float]:
@@ -937,7 +1149,7 @@ class FitResult:
         return lo, hi
 
     def _bootstrap(self, alpha: float, n_boot: int, seed: int) -> pd.DataFrame:
-        obs = self._problem.obs
+        obs = self._problem.all
         if obs.times is None:
             raise ValueError("method: bootstrap needs per-request data, not a per-level table")
         rng = np.random.default_rng(seed)
@@ -1062,6 +1274,10 @@ class FitResult:
     ) -> Plan:
         """Find the largest load that keeps a latency statistic under a target.
 
+        The bounds hold for every parameter set on the conservative end of the 95% intervals
+        (:meth:`_pessimistic`), so an estimate a little off does not push the load past the
+        knee.
+
         Parameters
         ----------
         p50, p95, p99, mean : float, optional
@@ -1078,10 +1294,11 @@ class FitResult:
         Returns
         -------
         Plan
-            The bounds, the utilization there, and which bound binds.
+            The bounds, the utilization there, which bound binds, and whether the target can
+            be met at all.
         """
-        targets = {k: v for k, v in {"p50": p50, "p95": p95, "p99": p99, "mean": mean}.items()}
-        targets = {k: v for k, v in targets.items() if v is not None}
+        asked = {"p50": p50, "p95": p95, "p99": p99, "mean": mean}
+        targets = {k: float(v) for k, v in asked.items() if v is not None}
         if len(targets) > 1:
             raise ValueError(f"target: give one of p50/p95/p99/mean, got {sorted(targets)}")
         if not targets and rpm is None and tpm is None and max_utilization is None:
@@ -1092,42 +1309,73 @@ class FitResult:
         if max_utilization is not None and not 0 < max_utilization <= 1:
             raise ValueError("max_utilization: must be in (0, 1]")
         cap = self.capacity_rps
-        max_rate, max_n, target = cap, 0, ""
-        if targets:
-            ((stat, value),) = targets.items()
-            target = f"{self.metric} {stat} <= {value:g} s"
-            max_rate = self._max_rate(stat, value)
-            max_n = self._max_concurrency(stat, value)
-        else:
-            max_n = self._max_concurrency_for_rate(cap)
-        limit = np.inf
+        worst = self._pessimistic()
+        cap_low = min(self._model.capacity(p) for p in worst)
+        limits = {}
         if rpm is not None:
-            limit = rpm / 60.0
+            limits["rpm limit"] = rpm / 60.0
         if tpm is not None:
             tok = tokens_per_request
             if tok is None:
-                obs = self._problem.obs
+                obs = self._problem.all
                 tok = np.nansum([obs.tokens, obs.prompt_tokens])
                 if not tok > 0:
                     raise ValueError(
                         "tokens_per_request: needed with tpm (the data has no token counts)"
                     )
-            limit = min(limit, tpm / 60.0 / tok)
-        ucap = cap * max_utilization if max_utilization is not None else np.inf
-        bounds = {"latency target": max_rate, "rate limit": limit, "utilization cap": ucap}
-        binding = min(bounds, key=bounds.get)
-        rate = bounds[binding]
-        limit_n = self._max_concurrency_for_rate(limit) if np.isfinite(limit) else None
-        conc_bounds = [v for v in (max_n, limit_n) if v is not None]
+            limits["tpm limit"] = tpm / 60.0 / tok
+        limit = min(limits.values(), default=np.inf)
+        ucap = cap_low * max_utilization if max_utilization is not None else np.inf
+        target, notes = "", ["bounds on the conservative end of the 95% intervals"]
+        max_rate, max_n, nearest, feasible = cap_low, None, np.nan, True
+        if targets:
+            ((stat, value),) = targets.items()
+            target = f"{self.metric} {stat} <= {value:g} s"
+            nearest = max(
+                self._stat_at(p, 1e-9 * self._model.capacity(p), "rate", stat) for p in worst
+            )
+            max_rate = min(self._max_rate(p, stat, value) for p in worst)
+            ns = [
+                self._largest_n(lambda n, p=p: self._stat_at(p, n, "concurrency", stat) <= value)
+                for p in worst
+            ]
+            known = [n for n in ns if n is not None]
+            max_n = min(known) if len(known) == len(ns) else None
+            if not max_rate > 0:
+                feasible = False
+                max_rate, max_n = np.nan, None
+                notes.insert(
+                    0,
+                    f"no load meets {target}: even a single request on an idle station takes "
+                    f"{nearest:.3g} s at the {stat} (conservative end); the nearest feasible "
+                    f"target is {stat} <= {nearest:.3g} s",
+                )
+        limit_n = (
+            _min_or_none(self._max_concurrency_for_rate(p, limit) for p in worst)
+            if np.isfinite(limit)
+            else None
+        )
+        bounds = {"latency target": max_rate, **limits, "utilization cap": ucap}
+        if not feasible:
+            binding, rate = "none", np.nan
+        else:
+            binding = min(bounds, key=lambda k: bounds[k])
+            rate = bounds[binding]
+            if not np.isfinite(rate):  # only limits that bind nothing
+                binding, rate = "capacity", cap_low
+        conc = [max_n, limit_n]
         if np.isfinite(ucap):
-            conc_bounds.append(self._max_concurrency_for_rate(ucap))
-        n_rec = int(min(conc_bounds)) if conc_bounds else max_n
-        x_at_n = self._throughput_at(max_n)
+            conc.append(_min_or_none(self._max_concurrency_for_rate(p, ucap) for p in worst))
+        n_rec = _min_or_none(conc) if feasible else None
+        if limit_n is None and np.isfinite(limit):
+            notes.append("no concurrency reaches the rate limit: it does not bind a closed loop")
+        x_at_n = self._throughput_at(self._est.p, max_n) if max_n is not None else np.nan
         return Plan(
             target=target,
+            feasible=feasible,
             max_rate_rps=float(max_rate),
             utilization_at_max_rate=float(max_rate / cap),
-            max_concurrency=int(max_n),
+            max_concurrency=max_n,
             utilization_at_max_concurrency=float(x_at_n / cap),
             limit_rate_rps=float(limit),
             limit_concurrency=limit_n,
@@ -1136,27 +1384,58 @@ class FitResult:
             concurrency=n_rec,
             binding=binding,
             capacity_rps=float(cap),
+            nearest_target_s=float(nearest),
+            note="; ".join(notes),
         )
 
-    def _stat_at(self, load: float, kind: str, stat: str) -> float:
-        p = self._model.predict(self._est.p, np.array([load]), kind, (stat,))
-        return float(p[f"{stat}_s"][0])
+    def _pessimistic(self, confidence: float = 0.95) -> list[dict]:
+        """Parameter sets on the slow end of the one-sided intervals, one per plausible integer.
 
-    def _max_rate(self, stat: str, value: float) -> float:
-        cap = self.capacity_rps
-        if self._stat_at(1e-9 * cap, "rate", stat) > value:
+        For each integer inside its interval (with the continuous optimum there), each
+        continuous parameter moves ``z`` standard errors in the direction that slows the
+        station (mu down; t0, t1, gamma, join_steps up); the plan must hold for all of them.
+        """
+        m, est = self._model, self._est
+        nfree = len(m.free)
+        se = np.sqrt(np.diag(est.cov))[:nfree]
+        se = np.where(np.isfinite(se), se, 0.0)
+        z = stats.norm.ppf(confidence)
+        slower = np.array([-1.0 if name == "mu" else 1.0 for name in m.free])
+        slower[[i for i, n in enumerate(m.free) if n == "think_s"]] = 0.0
+        lo, hi = self._problem._bounds(est.k, len(est.theta))
+        centres = {est.k: est.theta[:nfree]}
+        if m.integer:
+            a, b = self._integer_interval(1 - confidence)
+            centres.update({j: v[:nfree] for j, v in est.thetas.items() if a <= j <= b})
+        out = []
+        for k, th in centres.items():
+            shifted = np.clip(th + z * slower * se, lo[:nfree], hi[:nfree])
+            out.append(self._problem.params(np.append(shifted, est.theta[nfree:]), k))
+        return out
+
+    def _stat_at(self, p: dict, load: float, kind: str, stat: str) -> float:
+        pred = self._model.predict(p, np.array([load]), kind, (stat,))
+        return float(pred[f"{stat}_s"][0])
+
+    def _max_rate(self, p: dict, stat: str, value: float) -> float:
+        cap = self._model.capacity(p)
+        if self._stat_at(p, 1e-9 * cap, "rate", stat) > value:
             return 0.0
         lo, hi = 0.0, cap * (1 - 1e-9)
         for _ in range(60):
             mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if self._stat_at(mid, "rate", stat) <= value else (lo, mid)
+            lo, hi = (mid, hi) if self._stat_at(p, mid, "rate", stat) <= value else (lo, mid)
         return lo
 
-    def _largest_n(self, ok) -> int:
+    @staticmethod
+    def _largest_n(ok) -> int | None:
+        """Largest n >= 1 with ok(n) (0 if none); None when no bound shows by 2**22."""
         if not ok(1):
             return 0
         hi = 2
-        while ok(hi) and hi < 2**22:
+        while ok(hi):
+            if hi >= 2**22:
+                return None
             hi *= 2
         lo = hi // 2
         while hi - lo > 1:
@@ -1164,17 +1443,14 @@ class FitResult:
             lo, hi = (mid, hi) if ok(mid) else (lo, mid)
         return lo
 
-    def _max_concurrency(self, stat: str, value: float) -> int:
-        return self._largest_n(lambda n: self._stat_at(n, "concurrency", stat) <= value)
-
-    def _throughput_at(self, n: int) -> float:
+    def _throughput_at(self, p: dict, n: int) -> float:
         if n < 1:
             return 0.0
-        p = self._model.predict(self._est.p, np.array([n]), "concurrency", ())
-        return float(p["throughput_rps"][0])
+        pred = self._model.predict(p, np.array([n]), "concurrency", ())
+        return float(pred["throughput_rps"][0])
 
-    def _max_concurrency_for_rate(self, rate: float) -> int:
-        return self._largest_n(lambda n: self._throughput_at(n) <= rate * (1 + 1e-12))
+    def _max_concurrency_for_rate(self, p: dict, rate: float) -> int | None:
+        return self._largest_n(lambda n: self._throughput_at(p, n) <= rate * (1 + 1e-12))
 
     # -- display --------------------------------------------------------------------------
     def plot(self, kind: str = "latency", **kwargs: object) -> object:
@@ -1231,7 +1507,7 @@ class FitResult:
         }
         for k, v in self.fixed.items():
             info[f"{k} (fixed):"] = f"{v:.4g}"
-        ci = self.conf_int(alpha, method="asymptotic")
+        ci = self.conf_int(alpha)
         table = pd.DataFrame(
             {
                 "coef": self.params,

@@ -246,7 +246,7 @@ class LLMMagics(Magics):
         self.simulator: SimulatorProcess | None = None
 
     @line_cell_magic
-    def llmsweep(self, line: str, cell: str | None = None) -> pd.DataFrame | None:
+    def llmsweep(self, line: str, cell: str | None = None) -> SweepResult | pd.DataFrame | None:
         """Measure latency at several load levels; the cell body is what to send.
 
         A cell ``%%llmsweep -c 1,10,100 -n 50 -o res --save run.parquet`` with the body
@@ -260,8 +260,8 @@ class LLMMagics(Magics):
         to store the SweepResult and ``--full``; defaults come from
         ``%config LLMSweep.<option>``. ``$var`` and ``{expr}`` expand from the namespace.
         Without ``--url`` it measures the simulator of ``%llmsim start``, else one started for
-        the run. Returns the compact per-level table (``--full``: every summary column) as a
-        DataFrame; a trailing ``;`` on the line or the body silences it.
+        the run. Returns the SweepResult, shown as its compact per-level table (``--full``: the
+        full summary DataFrame instead); a trailing ``;`` on the line or the body silences it.
         Interrupting the kernel stops the sweep: the partial result is stored and saved.
         """
         line, quiet_line = _trailing_semicolon(line)
@@ -279,14 +279,14 @@ class LLMMagics(Magics):
         result = self._sweep(payload, args)
         if args.output is not None:
             self._namespace[args.output] = result
-        from llmlat._display import compact
         from llmlat.cli.sweep import warn_client_bound
 
         summary = result.summary()
         warn_client_bound(summary)
         if quiet_line or quiet_cell:
             return None
-        return summary if args.full else compact(summary)
+        # the data, not a display copy of it: the result shows its compact table
+        return summary if args.full else result
 
     @line_magic
     def llmsim(self, line: str) -> None:
@@ -388,7 +388,11 @@ class LLMMagics(Magics):
         return parser.parse_args(argv)
 
     def _sweep_options(self, args: argparse.Namespace) -> dict[str, Any]:
-        options = {**self._configured(), **options_from_args(args)}
+        configured, given = self._configured(), options_from_args(args)
+        if "url" in given or "simulator" in given:  # the line's choice of target wins whole
+            configured.pop("url", None)
+            configured.pop("simulator", None)
+        options = {**configured, **given}
         if options.get("url") is None and options.get("simulator") is None and self.simulator:
             sim = self.simulator
             options["url"] = sim.url

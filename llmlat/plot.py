@@ -26,8 +26,8 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, PercentFormatter
-from scipy import stats as _stats
 
+from llmlat import stats as _st
 from llmlat._aggregate import QUANTILES, is_level_table
 from llmlat.summary import summarize
 
@@ -40,9 +40,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ecdf", "errors", "latency", "overview", "throughput", "utilization"]
 
 #: Confidence of the error bars drawn around observed percentiles.
-CI_LEVEL = 0.95
+CI_LEVEL = _st.CONFIDENCE
 # statistic -> quantile probability (None: the mean)
-_STATS: dict[str, float | None] = {"mean": None, "p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+_STATS = _st.QUANTILES
 _DEFAULT_STATS = ("p50", "p95")
 _METRIC_LABELS = {
     "latency_s": "latency",
@@ -113,8 +113,9 @@ def _tables(data: Any, metric: str = "latency_s") -> _Sweep:
     requests = sweep.requests
     for column in ("level", "ok"):
         _need(requests, column)
-    if "phase" in requests:  # without it every row counts as measured, as in summarize()
-        requests = requests[(requests["phase"] != "warmup").fillna(True).to_numpy(bool)]
+    # the phase of llmlat.stats: warmup rows out; transient rows kept for the counts only
+    requests = requests.assign(phase=_st.phases(requests))
+    requests = requests[(requests["phase"] != "warmup").to_numpy(bool)]
     if requests.empty:
         raise ValueError("data: no measured (non-warmup) requests to plot")
     _one_kind(requests)
@@ -176,39 +177,6 @@ def _metric_label(metric: str) -> str:
 
 
 # ---------------------------------------------------------------- statistics
-
-
-def _quantile_ci(values: np.ndarray, q: float) -> tuple[float, float, float]:
-    """Return (estimate, low, high) of quantile ``q`` with a distribution-free order-statistic CI.
-
-    The estimate interpolates linearly, as :func:`llmlat.summary.summarize` does. The bounds are
-    the order statistics whose ranks bracket ``n * q`` with binomial probability ``CI_LEVEL``;
-    with too few values to bound a tail they fall back to the sample extreme.
-    """
-    x = np.sort(values)
-    n = len(x)
-    if n == 0:
-        return (np.nan, np.nan, np.nan)
-    alpha = 1.0 - CI_LEVEL
-    lo = int(_stats.binom.ppf(alpha / 2, n, q))  # 1-based rank of the lower bound
-    hi = int(_stats.binom.ppf(1 - alpha / 2, n, q)) + 1
-    return (
-        float(np.quantile(x, q)),
-        float(x[min(max(lo, 1), n) - 1]),
-        float(x[min(max(hi, 1), n) - 1]),
-    )
-
-
-def _mean_ci(values: np.ndarray) -> tuple[float, float, float]:
-    """Return (mean, low, high) with a Student-t interval at ``CI_LEVEL``."""
-    n = len(values)
-    if n == 0:
-        return (np.nan, np.nan, np.nan)
-    mean = float(values.mean())
-    if n == 1:
-        return (mean, mean, mean)
-    half = _stats.t.ppf(0.5 + CI_LEVEL / 2, n - 1) * values.std(ddof=1) / np.sqrt(n)
-    return (mean, mean - half, mean + half)
 
 
 def _summary(sweep: _Sweep) -> pd.DataFrame:
@@ -326,20 +294,21 @@ def _percentiles(sweep: _Sweep, metric: str, stats: Sequence[str]) -> pd.DataFra
         )
     requests = sweep.requests
     rows = []
-    ok = requests[_ok(requests)]
+    ok = requests[_ok(requests) & (requests["phase"] == "measure").to_numpy(bool)]
+    kind = _level_kind(requests)
     for level, group in ok.groupby("level", sort=True):
-        values = _floats(group[metric])
+        start, _ = _st.row_times(group)
+        values = _floats(group[metric])[np.argsort(start, kind="stable")]
         values = values[np.isfinite(values)]
+        batch = int(level) if kind == "concurrency" else 1
         for stat in stats:
             q = _STATS[stat]
-            rows.append(
-                (
-                    level,
-                    stat,
-                    len(values),
-                    *(_mean_ci(values) if q is None else _quantile_ci(values, q)),
-                )
+            ci = (
+                _st.mean_interval(values, CI_LEVEL, batch)
+                if q is None
+                else _st.quantile_interval(values, q, CI_LEVEL)
             )
+            rows.append((level, stat, len(values), *ci))
     return pd.DataFrame(rows, columns=["level", "stat", "n", "value", "low", "high"])
 
 

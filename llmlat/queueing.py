@@ -24,6 +24,7 @@ __all__ = [
     "batch_open",
     "batch_service_rate",
     "closed_arrival_distribution",
+    "closed_mgc_response_quantile",
     "closed_mmc",
     "closed_mmc_response_cdf",
     "closed_mmc_response_quantile",
@@ -417,11 +418,21 @@ def mgc_response_quantile(
         raise ValueError("cv_s: coefficient of variation must be > 0")
     q_arr, lam_arr = np.broadcast_arrays(_arr(q), _arr(lam))
     stable = lam_arr < c * mu
-    shape = 1.0 / cv_s**2
     pw = np.where(stable, erlang_c(c, np.where(stable, lam_arr, 0.0) / mu), 1.0)
     # conditional wait ~ Exp(theta), theta = P(wait) / Wq
     theta = np.where(stable, 2.0 * (c * mu - lam_arr) / (1.0 + cv_s**2), 1.0)
+    out = _service_plus_wait_quantile(q_arr, mu, cv_s, pw, theta)
+    return np.where(stable, out, np.inf)
+
+
+def _service_plus_wait_quantile(
+    q: np.ndarray, mu: float, cv_s: float, pw: np.ndarray, theta: np.ndarray
+) -> np.ndarray:
+    """Quantiles of S + W: S gamma (mean 1/mu, CV cv_s); W = 0 w.p. 1 - pw, else Exp(theta)."""
+    shape = 1.0 / cv_s**2
     nodes, weights = np.polynomial.legendre.leggauss(64)
+    pw, theta = np.broadcast_to(pw, q.shape), np.broadcast_to(theta, q.shape)
+    theta = np.where(pw > 0, theta, 1.0)
 
     def cdf(t: np.ndarray) -> np.ndarray:
         served = special.gammainc(shape, shape * mu * t)
@@ -434,8 +445,64 @@ def mgc_response_quantile(
         return (1.0 - pw) * served + pw * waited
 
     scale = 1.0 / mu + pw / theta
-    out = invert_cdf(cdf, q_arr, scale)
-    return np.where(stable, out, np.inf)
+    return invert_cdf(cdf, q, scale)
+
+
+def closed_mgc_response_quantile(
+    q: float, n_clients: ArrayLike, mu: float, c: int, think_s: float, cv_s: float
+) -> np.ndarray:
+    """Approximate response-time quantiles of N clients on c servers with general service.
+
+    An arriving request finds k others with the arrival-theorem probabilities of the
+    exponential system (:func:`closed_arrival_distribution`). With k < c it is served at once:
+    its time is the service law, gamma with mean ``1 / mu`` and CV ``cv_s`` (exact). Otherwise
+    it waits for j = k - c + 1 departures of c busy servers, mean ``j / (c mu)`` and squared CV
+    ``cv_s**2 / j`` (that of j service times in a row); its wait plus service is taken as a gamma
+    law with the mean and variance of that mixture. Use :func:`closed_mmc_response_quantile` for
+    exponential service (exact).
+
+    Parameters
+    ----------
+    q : float
+        Probability in (0, 1).
+    n_clients : int or array_like of int
+        Concurrency levels N.
+    mu : float
+        Service rate of one server.
+    c : int
+        Servers.
+    think_s : float
+        Mean think time.
+    cv_s : float
+        Service-time coefficient of variation, > 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        Quantiles in seconds, one per level.
+    """
+    if not cv_s > 0:
+        raise ValueError("cv_s: coefficient of variation must be > 0")
+    nc = np.atleast_1d(np.asarray(n_clients)).astype(np.int64)
+    seen = closed_arrival_distribution(nc, think_s, _mmc_rate(mu, c))
+    j = np.clip(np.arange(seen.shape[1]) - c + 1, 0, None).astype(np.float64)
+    waits = seen * (j > 0)
+    pw = waits.sum(axis=1)
+    # moments of the wait given that it waits: sum over j of P(j) * (mean, second moment)
+    m1 = waits @ (j / (c * mu))
+    m2 = waits @ ((j / (c * mu)) ** 2 * (1.0 + cv_s**2 / np.fmax(j, 1.0)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mw, vw = m1 / pw, np.clip(m2 / pw - (m1 / pw) ** 2, 0.0, None)
+    mean_s, var_s = 1.0 / mu, (cv_s / mu) ** 2
+    mean_t, var_t = mean_s + np.nan_to_num(mw), var_s + np.nan_to_num(vw)
+    k_s, k_t = mean_s**2 / var_s, mean_t**2 / var_t
+
+    def cdf(t: np.ndarray) -> np.ndarray:
+        alone = special.gammainc(k_s, k_s * t / mean_s)
+        queued = special.gammainc(k_t, k_t * t / mean_t)
+        return (1.0 - pw) * alone + pw * queued
+
+    return invert_cdf(cdf, np.full(len(nc), float(q)), mean_t)
 
 
 def mmck(lam: ArrayLike, mu: float, c: int, k: int) -> pd.DataFrame:

@@ -213,6 +213,7 @@ def _page(result: Any, summary: Any, report: Report, title: str) -> str:
     if report.plan is not None:
         parts += [
             "<h2>Capacity plan</h2>",
+            f"<p>{html.escape(report.plan.describe())}</p>",
             report.plan.to_frame().map(_fmt).to_html(),
         ]
     if report.figures:

@@ -16,22 +16,23 @@ Definitions (per level; warmup rows are left out unless asked for):
 - A row starts at ``t_scheduled`` (else ``t_sent``, else ``t_end - latency_s``) and ends at
   ``t_end`` (else start + ``latency_s``). ``span_s`` runs from the level's first start to its
   last end.
-- ``throughput_rps``: the completion rate in the level's steady window, from its first end
-  ``a`` to its last start ``b``: ok completions in ``(a, b]`` over ``b - a``, counting the rows
-  of every phase that end there (a warmup that runs straight into the measured requests still
-  keeps the server busy inside the window). Outside the window the level fills (before its
-  first end) or drains (after its last start) with fewer requests in flight, which biases
-  ``ok / span_s`` low, by 5-25% at deep queues. Falls back to ``ok / span_s`` when the window
-  holds fewer than two ok completions. ``output_tokens_per_s``: ``completion_tokens`` of the same
-  completions over the same time (NaN if any lacks the count: an undercount would be a silent
-  guess).
+- ``n_transient``: measured rows in the level's start-up transient (:mod:`llmlat.stats`: the
+  first N completions of a closed level of N > 1 clients, MSER-5 on an open level). They count
+  in ``n`` and the rates above, never in the latency statistics below.
+- ``throughput_rps``: the completion rate in the level's steady window
+  (:func:`llmlat.stats.throughput`: from the end of the transient to the last send, ok
+  completions of every phase over its length; over the whole span, biased low by fill and
+  drain, when the window is too short). ``output_tokens_per_s``: ``completion_tokens`` of the
+  same completions over the same time (NaN if any lacks the count: an undercount would be a
+  silent guess).
 - ``target_rate_rps``: the level of a ``rate`` sweep. ``achieved_rate_rps``: sends per second,
   ``(k - 1) / (last t_sent - first t_sent)`` over the k rows that were sent (``t_scheduled`` when
   ``t_sent`` is absent), so a client that fell behind its schedule shows it.
 - ``mean_in_flight``: the sum of ``latency_s`` over ``span_s`` (the time-average number of
   requests in flight, failures included: they held a slot too).
 - ``latency_*_s``, ``ttft_*_s``, ``itl_*_s``: mean and percentiles (linear interpolation) over the
-  ok rows; ``itl_*`` are taken over each request's mean inter-token latency (``itl_mean_s``).
+  ok rows past the transient; ``itl_*`` are taken over each request's mean inter-token
+  latency (``itl_mean_s``).
   ``lag_p99_s``: the 99th percentile of the send lag behind the schedule.
 - ``littles_law_rel_err``: Little's law checked on the middle half of the span (edges trimmed,
   where the level ramps up and drains): ``lambda * W / L - 1``, with ``L`` the time-average
@@ -39,7 +40,8 @@ Definitions (per level; warmup rows are left out unless asked for):
   their mean latency. Near 0 in a steady state; large when the queue grows or drains.
 - ``steady``: the level reached a steady state, by three checks that must all pass:
   enough data (``n >= max(20, 3 * population)``, the population being the concurrency of a
-  ``concurrency`` level and the mean number in flight otherwise); a constant completion rate
+  ``concurrency`` level and the mean number in flight otherwise, and a steady window long
+  enough for the throughput); a constant completion rate
   (completions in the two halves of the time between the first and last end differ by at most
   10% plus two Poisson standard deviations); and no latency drift (the median latency of the
   rows started in the second half of the span is within a factor 1.5 of the first half's, or
@@ -65,6 +67,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from llmlat import stats as _stats
+
 __all__ = ["BRIEF_COLUMNS", "PERCENTILES", "SUMMARY_COLUMNS", "brief", "summarize"]
 
 #: Percentiles reported for latency, TTFT and ITL.
@@ -78,6 +82,7 @@ SUMMARY_COLUMNS: dict[str, str] = {
     "level_kind": "string",
     "level": "float64",
     "n": "int64",
+    "n_transient": "int64",
     "ok": "int64",
     "ok_rate": "float64",
     "error_rate": "float64",
@@ -201,20 +206,20 @@ def summarize(
         raise ValueError("requests: missing column 'level'")
     if phase is not None and phase not in _PHASES:
         raise ValueError(f"phase: expected one of {_PHASES} or None, got {phase!r}")
+    requests = requests.assign(_phase=_stats.phases(requests))
     rows = requests
-    if phase is not None and "phase" in rows.columns:
-        keep = rows["phase"] == phase if phase == "warmup" else rows["phase"] != "warmup"
-        rows = rows[keep.fillna(phase == "measure").to_numpy(bool)]
+    if phase is not None:
+        rows = requests[(requests["_phase"] == "warmup") == (phase == "warmup")]
     keys = _keys(requests)
     groups = dict(iter(rows.groupby(keys, sort=False, dropna=False))) if len(rows) else {}
     # every phase, for the completions inside a level's steady window
-    every = groups if rows is requests else dict(iter(requests.groupby(keys, dropna=False)))
+    every = dict(iter(requests.groupby(keys, dropna=False))) if len(requests) else {}
     level_rows = _level_rows(levels, keys)
     tried = _tried_429(rows, attempts, keys)
     out = []
-    for key in sorted(set(groups) | set(level_rows), key=_sort_key):
-        frame = groups.get(key, rows.iloc[:0])
-        stats = _level_stats(frame, dict(zip(keys, key, strict=True)), every.get(key, frame))
+    for key, frame in ((k, groups.get(k, rows.iloc[:0])) for k in _sorted(groups, level_rows)):
+        whole = every.get(key, frame)
+        stats = _level_stats(frame, dict(zip(keys, key, strict=True)), whole, phase)
         stats["http_429"] = pd.NA if tried is None else tried.get(key, 0)
         stats.update(_client_stats(level_rows.get(key), _smallest_latency(frame, stats)))
         out.append(stats)
@@ -233,6 +238,10 @@ def _keys(requests: pd.DataFrame) -> list[str]:
     if "run_id" in requests.columns and requests["run_id"].nunique() > 1:
         keys.insert(0, "run_id")
     return keys
+
+
+def _sorted(groups: dict, level_rows: dict) -> list[tuple]:
+    return sorted(set(groups) | set(level_rows), key=_sort_key)
 
 
 def _sort_key(key: tuple) -> tuple:
@@ -262,20 +271,7 @@ def _tried_429(
 # ---------------------------------------------------------------- statistics
 
 
-def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
-    """Return a column as float64 values, all NaN when the column is missing."""
-    if name not in frame.columns:
-        return np.full(len(frame), np.nan)
-    return pd.to_numeric(frame[name], errors="coerce").astype("float64").to_numpy(na_value=np.nan)
-
-
-def _ok(frame: pd.DataFrame) -> np.ndarray:
-    if "ok" in frame.columns:
-        return frame["ok"].fillna(False).to_numpy(bool)
-    if "status" in frame.columns:
-        status = _column(frame, "status")
-        return (status >= 200) & (status < 300)
-    return np.ones(len(frame), bool)
+_column = _stats.column
 
 
 def _rate_limited(frame: pd.DataFrame) -> float:
@@ -285,16 +281,6 @@ def _rate_limited(frame: pd.DataFrame) -> float:
     if "error_kind" in frame.columns:
         limited |= (frame["error_kind"] == "rate_limited").fillna(False).to_numpy(bool)
     return float(limited.mean())
-
-
-def _intervals(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    latency = _column(frame, "latency_s")
-    end = _column(frame, "t_end")
-    start = _column(frame, "t_scheduled")
-    start = np.where(np.isnan(start), _column(frame, "t_sent"), start)
-    start = np.where(np.isnan(start), end - latency, start)
-    end = np.where(np.isnan(end), start + latency, end)
-    return start, end
 
 
 def _describe(values: np.ndarray, name: str) -> dict[str, float]:
@@ -317,11 +303,18 @@ def _send_rate(frame: pd.DataFrame) -> float:
     return (len(sent) - 1) / float(sent.max() - sent.min())
 
 
-def _level_stats(frame: pd.DataFrame, key: dict[str, Any], every: pd.DataFrame) -> dict[str, Any]:
+def _level_stats(
+    frame: pd.DataFrame,
+    key: dict[str, Any],
+    every: pd.DataFrame,
+    phase: str | None,
+) -> dict[str, Any]:
     n = len(frame)
-    ok = _ok(frame)
+    ok = _stats.ok_mask(frame)
     n_ok = int(ok.sum())
-    start, end = _intervals(frame)
+    # latency statistics: past the transient (a warmup summary keeps its own rows)
+    steady = (frame["_phase"] != "transient").to_numpy(bool) | (phase is None)
+    start, end = _stats.row_times(frame)
     done = ~np.isnan(start) & ~np.isnan(end)
     span = float(end[done].max() - start[done].min()) if done.any() else math.nan
     span = span if span > 0 else math.nan
@@ -329,10 +322,19 @@ def _level_stats(frame: pd.DataFrame, key: dict[str, Any], every: pd.DataFrame) 
     in_flight = float(np.nansum(latency)) / span if not np.isnan(latency).all() else math.nan
     kind = key.get("level_kind")
     kind = kind if isinstance(kind, str) else None
+    w_start, w_end = _stats.row_times(every)
+    w_ok = _stats.ok_mask(every)
+    w_cut = (every["_phase"] == "transient").to_numpy(bool)
+    w_measured = ((every["_phase"] == "warmup") == (phase == "warmup")).to_numpy(bool)
+    w_measured = w_measured | (phase is None)
+    rps, windowed = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured)
+    tokens = _column(every, "completion_tokens")
+    tps = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, tokens)[0]
     stats: dict[str, Any] = {
         **key,
         "level_kind": kind,
         "n": n,
+        "n_transient": int((~steady).sum()),
         "ok": n_ok,
         "ok_rate": n_ok / n if n else math.nan,
         "error_rate": 1 - n_ok / n if n else math.nan,
@@ -341,48 +343,24 @@ def _level_stats(frame: pd.DataFrame, key: dict[str, Any], every: pd.DataFrame) 
         if "attempts" in frame.columns
         else pd.NA,
         "span_s": span,
-        **_rates(frame, ok, start[done], end[done], every, n_ok / span, _tokens(frame, ok) / span),
+        "throughput_rps": rps,
+        "output_tokens_per_s": tps,
         "target_rate_rps": float(key["level"]) if kind == "rate" else math.nan,
         "achieved_rate_rps": _send_rate(frame),
         "mean_in_flight": in_flight,
     }
-    for name, column in _DISTRIBUTIONS.items():
-        stats.update(_describe(_column(frame, column)[ok], name))
+    for name, col in _DISTRIBUTIONS.items():
+        stats.update(_describe(_column(frame, col)[ok & steady], name))
     lag = _column(frame, "lag_s")
     lag = lag[~np.isnan(lag)]
     stats["lag_p99_s"] = float(np.percentile(lag, 99)) if len(lag) else math.nan
     stats["littles_law_rel_err"] = _little(start[done], end[done], span)
     population = float(key["level"]) if kind == "concurrency" else stats["mean_in_flight"]
-    stats["steady"] = _steady(start[done], end[done], latency[done], n, population)
+    enough = windowed and n >= max(
+        _MIN_REQUESTS, _MIN_ROUNDS * math.ceil(population) if population == population else 0
+    )
+    stats["steady"] = _steady(start[done], end[done], latency[done], enough, population)
     return stats
-
-
-def _rates(
-    frame: pd.DataFrame,
-    ok: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    every: pd.DataFrame,
-    rps: float,
-    tps: float,
-) -> dict[str, float]:
-    """Completion and token rates in the steady window (see the module docstring)."""
-    if len(start):
-        a, b = float(end.min()), float(start.max())
-        if every is not frame:
-            frame, ok = every, _ok(every)
-        ends = _intervals(frame)[1]
-        inside = ok & (ends > a) & (ends <= b)
-        if b > a and inside.sum() >= 2:
-            rps = float(inside.sum()) / (b - a)
-            tps = _tokens(frame, inside) / (b - a)
-    return {"throughput_rps": rps, "output_tokens_per_s": tps}
-
-
-def _tokens(frame: pd.DataFrame, ok: np.ndarray) -> float:
-    if "completion_tokens" not in frame.columns:
-        return math.nan
-    return float(_column(frame, "completion_tokens")[ok].sum())  # NaN if any count is missing
 
 
 def _little(start: np.ndarray, end: np.ndarray, span: float) -> float:
@@ -399,11 +377,11 @@ def _little(start: np.ndarray, end: np.ndarray, span: float) -> float:
 
 
 def _steady(
-    start: np.ndarray, end: np.ndarray, latency: np.ndarray, n: int, population: float
+    start: np.ndarray, end: np.ndarray, latency: np.ndarray, enough: bool, population: float
 ) -> Any:
     if len(start) < 2 or math.isnan(population):
         return pd.NA
-    if n < max(_MIN_REQUESTS, _MIN_ROUNDS * math.ceil(population)):
+    if not enough:
         return False
     first, last = end.min(), end.max()
     c1 = int((end < (first + last) / 2).sum())

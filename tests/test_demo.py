@@ -45,7 +45,7 @@ def test_demo_prints_summary_fit_plan_and_report_path(demo_run):
     assert re.search(r"^report: (.+index\.html)$", stdout, re.M).group(1) == str(
         (out / "index.html").resolve()
     )
-    for text in ("p95 s", "throughput /s", "queueing fit", "[0.025", "Plan for p95"):
+    for text in ("p95 s", "throughput /s", "queueing fit", "[0.025", "Plan for latency p95"):
         assert text in stdout
 
 

@@ -61,6 +61,7 @@ def config_reset(ip: InteractiveShell) -> Iterator[LLMSweep]:
     yield defaults
     for name in defaults.trait_names(config=True):
         setattr(defaults, name, None)
+    ip.config.pop("LLMSweep", None)  # %config also wrote the shell's config: a reload reads it
 
 
 def _closed_port() -> int:
@@ -157,20 +158,21 @@ def test_llmsim_on_a_taken_port(ip: InteractiveShell) -> None:
 # ---------------------------------------------------------------- %%llmsweep
 
 
-def test_sweep_returns_the_compact_table_and_stores_result(ip: InteractiveShell, sim: str) -> None:
-    table, _, _ = _captured(
+def test_sweep_returns_the_result_shown_as_the_compact_table(
+    ip: InteractiveShell, sim: str
+) -> None:
+    shown, _, _ = _captured(
         ip.run_cell_magic, "llmsweep", "-c 1,4 -n 8 -o res --no-progress", "Hello"
     )
     res = ip.user_ns["res"]
-    assert isinstance(res, llmlat.SweepResult) and isinstance(table, pd.DataFrame)
+    assert shown is res and isinstance(res, llmlat.SweepResult)
     headings = ["level", "n", "ok %", "429 %", "throughput /s", "p50 s", "p95 s", "p99 s"]
-    assert list(table.columns[:8]) == headings and "TTFT p95 s" in table.columns
-    summary = res.summary()  # the same numbers, selected: none computed on the way
-    assert list(table["level"]) == [1.0, 4.0] and list(table["n"]) == [8, 8]
-    assert list(table["p95 s"]) == list(summary["latency_p95_s"])
-    assert list(table["ok %"]) == list(100 * summary["ok_rate"])
-    text, html = repr(res), res._repr_html_()  # the result shows the same table
-    assert all(h in text and h in html for h in headings)
+    text, html = repr(res), res._repr_html_()
+    assert all(h in text and h in html for h in [*headings, "TTFT p95 s"])
+    assert "latency_p95_s" not in text + html  # the full table is one call away
+    assert [line.split()[:2] for line in text.splitlines()[2:]] == [["1", "8"], ["4", "8"]]
+    summary = res.summary()  # the shown numbers are the summary's, selected: none computed
+    assert f"{summary['latency_p95_s'].iloc[0]:.4g}" in text.splitlines()[2]
     assert len(res.requests) == 16 and res.requests["ok"].all()
     assert res.meta["url"] == sim and res.meta["model"] == "llmlat-sim"  # model of %llmsim
     assert res.meta["interrupted"] is False
@@ -407,8 +409,13 @@ def test_config_traits_are_the_options(ip: InteractiveShell, config_reset: LLMSw
     ip.run_line_magic("config", "LLMSweep.concurrency = [1, 2]")
     ip.run_line_magic("config", "LLMSweep.simulator = 'instant'")
     ip.run_line_magic("config", "LLMSweep.progress = False")
-    table = ip.run_line_magic("llmsweep", "-o per_level")
-    assert list(table["n"]) == [2, 3]
+    res = ip.run_line_magic("llmsweep", "-o per_level")
+    assert list(res.summary()["n"]) == [2, 3]
+    # the line's target replaces the configured one (url and simulator exclude each other)
+    ip.run_line_magic("config", "LLMSweep.simulator = None")
+    ip.run_line_magic("config", f"LLMSweep.url = 'http://127.0.0.1:{_closed_port()}'")
+    ip.run_line_magic("llmsweep", "--simulator mmc -o other_sim")
+    assert ip.user_ns["other_sim"].meta["simulator"]["mode"] == "mmc"
 
 
 def test_api_key_never_shown(
@@ -423,7 +430,7 @@ def test_api_key_never_shown(
         "hi",
     )
     keyed = ip.user_ns["keyed"]
-    shown = [out, err, summary.to_string(), repr(keyed), keyed._repr_html_()]
+    shown = [out, err, repr(summary), repr(keyed), keyed._repr_html_()]
     shown += [keyed.requests.to_string(), json.dumps(keyed.meta, default=str)]
     shown += [p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()]
     assert keyed.requests["ok"].all()
@@ -448,7 +455,7 @@ def test_magic_from_a_plain_thread(ip: InteractiveShell, sim: str) -> None:
     thread.start()
     thread.join()
     assert "error" not in box, box.get("error")
-    assert list(box["result"]["n"]) == [4]
+    assert list(box["result"].summary()["n"]) == [4]
     assert ip.user_ns["threaded"].requests["ok"].all()
 
 
@@ -479,7 +486,7 @@ if {uvloop!r}:
 else:
     summary = asyncio.run(cell())
 res = ip.user_ns["res"]
-assert list(summary["n"]) == [3, 3], summary
+assert list(summary.summary()["n"]) == [3, 3], summary
 assert res.requests["ok"].all() and len(ip.user_ns["res2"].requests) == 2
 print("RESULT", "patched" if hasattr(asyncio, "_nest_patched") else "unpatched")
 ip.run_line_magic("llmsim", "stop")

@@ -118,9 +118,9 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _simulator_children(parent: int) -> list[int]:
+def _simulator_children(parent: int) -> set[int]:
     """Process ids of the simulator processes whose parent is ``parent``."""
-    found = []
+    found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -130,7 +130,7 @@ def _simulator_children(parent: int) -> list[int]:
         except (OSError, IndexError, ValueError):
             continue
         if ppid == parent and b"llmlat.sim.process" in cmdline and _alive(int(entry.name)):
-            found.append(int(entry.name))
+            found.add(int(entry.name))
     return found
 
 
@@ -144,9 +144,10 @@ def _wait_until(check, seconds: float = 20.0) -> bool:
 
 
 def test_simulator_process_serves_and_stops():
+    others = _simulator_children(os.getpid())  # e.g. the session's shared simulator
     with SimulatorProcess("instant") as sim:
         pid = sim.pid
-        assert pid != os.getpid() and _simulator_children(os.getpid()) == [pid]
+        assert pid != os.getpid() and _simulator_children(os.getpid()) - others == {pid}
         reply, models, truth = asyncio.run(exchange(sim.url))
         assert reply.status == 200 and models["data"][0]["id"] == sim.config.model
         assert len(sim.truth()) == len(truth) == 1
@@ -154,11 +155,12 @@ def test_simulator_process_serves_and_stops():
 
 
 def test_simulator_process_port_in_use_is_an_os_error():
+    others = _simulator_children(os.getpid())
     with SimulatorProcess("instant") as first:
         port = int(first.url.rsplit(":", 1)[1])
         with pytest.raises(OSError, match="address already in use"):
             SimulatorProcess("instant", port=port).start()
-    assert _simulator_children(os.getpid()) == []
+    assert _simulator_children(os.getpid()) == others
 
 
 def test_no_simulator_outlives_a_killed_parent():
@@ -180,21 +182,22 @@ def test_no_simulator_outlives_a_killed_parent():
 def test_a_sweep_without_url_measures_a_simulator_in_another_process():
     import llmlat
 
-    seen: list[list[int]] = []
+    others = _simulator_children(os.getpid())
+    seen: list[set[int]] = []
 
     def payload(request_id: int) -> str:
-        seen.append(_simulator_children(os.getpid()))  # while the sweep runs
+        seen.append(_simulator_children(os.getpid()) - others)  # while the sweep runs
         return "hi"
 
     result = llmlat.sweep(payload, simulator="instant", concurrency=2, requests=4, progress=False)
     assert result.requests["ok"].all() and result.meta["simulator"]["t0_s"] == 0.0
     assert len(seen) == 4 and all(len(pids) == 1 for pids in seen)
-    assert not _alive(seen[0][0]) and _simulator_children(os.getpid()) == []
+    assert not _alive(seen[0].pop()) and _simulator_children(os.getpid()) == others
     inside = llmlat.sweep(
         payload, simulator="instant", simulator_process=False, concurrency=1, requests=1,
         progress=False,
     )  # fmt: skip
-    assert inside.requests["ok"].all() and seen[-1] == []
+    assert inside.requests["ok"].all() and seen[-1] == set()
 
 
 def test_ctrl_c_on_a_sweep_leaves_no_simulator_behind():
@@ -209,7 +212,7 @@ def test_ctrl_c_on_a_sweep_leaves_no_simulator_behind():
     )  # fmt: skip
     try:
         assert _wait_until(lambda: _simulator_children(proc.pid), 30), "no simulator started"
-        (child,) = _simulator_children(proc.pid)
+        (child,) = _simulator_children(proc.pid)  # the sweep's only one
         time.sleep(0.5)  # requests in flight
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 130

@@ -160,7 +160,9 @@ def flag_message(exc: BaseException, flags: dict[str, str] | None = None) -> str
     if not (sep and name in known):
         return text
     if name in options:  # the model's messages name other options too ("one of rate and trace")
-        rest = re.sub(r"\b(" + "|".join(options) + r")\b", lambda m: options[m[1]], rest)
+        # a name standing alone, not a part of a path or file name ("runs/rate/x.parquet")
+        alone = r"(?<![\w/\\.-])(" + "|".join(options) + r")(?![\w/\\.-])"
+        rest = re.sub(alone, lambda m: options[m[1]], rest)
     return f"{known[name]}: {rest}"
 
 

@@ -21,7 +21,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from llmlat._notice import notice
 from llmlat.cli.options import add_config_options, options_from_args
 
 __all__ = ["add_parser", "add_payload_options", "read_payload", "warn_client_bound"]
@@ -120,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def warn_client_bound(summary: Any) -> None:
-    """Say which levels the engine's self-diagnosis flagged as client-bound.
+    """Warn on stderr of each level the engine's self-diagnosis flagged as client-bound.
 
     Parameters
     ----------
@@ -138,9 +137,11 @@ def warn_client_bound(summary: Any) -> None:
         inflation, lag = row.get("inflation"), row.get("loop_lag_p99_s")
         by = "" if pd.isna(inflation) else f" by up to {inflation:.0%}"
         lag_text = "" if pd.isna(lag) else f", event-loop lag p99 {lag * 1e3:.3g} ms"
-        notice(
-            f"warning: at level {row['level']:g} the client itself was busy (CPU or event-loop "
-            f"lag{lag_text}): its latencies (TTFT, ITL first) may be inflated{by}"
+        # a warning about the data, so stderr (a notebook shows it apart from the output)
+        print(
+            f"llmlat: warning: at level {row['level']:g} the client itself was busy (CPU or "
+            f"event-loop lag{lag_text}): its latencies (TTFT, ITL first) may be inflated{by}",
+            file=sys.stderr,
         )
 
 

@@ -1,0 +1,437 @@
+"""Per-level estimates and their intervals: the one place llmlat computes them.
+
+The summary table, the fitting code's observations, the figures and the report all take their
+per-level numbers from here, so a level's p95, its interval and its throughput are the same
+wherever they are shown.
+
+Definitions (per level of one sweep):
+
+- **Transient.** A closed-loop level with N > 1 clients starts with all of them sending into an
+  empty server at once; the first N completions of the level (warmup rows included) belong to
+  that start-up. An open-loop level's start-up is cut by MSER-5 on the latencies in send order
+  (batches of 5; the truncation point that minimises the standard error of the remaining mean,
+  searched over the first half). Measured rows in the transient are marked ``"transient"`` by
+  :func:`phases`; they stay in the data, count in ``n`` and the error rates, and are left out of
+  every latency statistic and of the fits.
+- **Steady window** (:func:`steady_window`): from the later of the level's first completion and
+  the end of its transient, to its last send (after which the level drains with fewer requests
+  in flight). **Throughput** is the ok completions ending inside it (rows of every phase: a
+  warmup request still keeps the server busy) over its length. When the window holds fewer than
+  :data:`MIN_WINDOW_SHARE` of the level's ok completions (a level too short to have a steady part,
+  e.g. 40 requests at 40 clients) it is ok completions over the level's whole span, which fill and
+  drain bias low, and the level's ``steady`` check fails.
+- **Means** with overlapping batch means over request order (:func:`batch_means`; batches of at
+  least a closed level's N requests): consecutive requests share queue states, so their
+  latencies are correlated and ``std / sqrt(n)`` is too small. With levels of a few rounds the
+  batch-means variance still runs low (about half the truth at N = 2c); the calibration
+  benchmark reports the coverage this gives.
+- **Quantiles** interpolate linearly (numpy's default); their intervals are the order statistics
+  of :func:`scipy.stats.quantile_test` (distribution-free).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "CONFIDENCE",
+    "MIN_WINDOW_SHARE",
+    "QUANTILES",
+    "batch_means",
+    "column",
+    "grows",
+    "mean_interval",
+    "mser5",
+    "ok_mask",
+    "phases",
+    "quantile_interval",
+    "row_times",
+    "steady_window",
+    "throughput",
+    "transient_mask",
+]
+
+#: Confidence of every interval shown by default.
+CONFIDENCE = 0.95
+#: stat name -> quantile probability (None: the mean).
+QUANTILES: dict[str, float | None] = {
+    "mean": None,
+    "p50": 0.5,
+    "p90": 0.9,
+    "p95": 0.95,
+    "p99": 0.99,
+}
+#: A steady window holding fewer of the level's ok completions than this is too short to use.
+MIN_WINDOW_SHARE = 0.2
+# batch means: at most this many batches, and at least this many rows per batch
+_MAX_BATCHES = 20
+_MIN_BATCH = 5
+
+
+def column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """Return a column as float64 values, all NaN when the column is missing.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        Any table.
+    name : str
+        Column name.
+
+    Returns
+    -------
+    numpy.ndarray
+        The values (``<NA>`` as NaN).
+    """
+    if name not in frame.columns:
+        return np.full(len(frame), np.nan)
+    return pd.to_numeric(frame[name], errors="coerce").astype("float64").to_numpy(na_value=np.nan)
+
+
+def ok_mask(frame: pd.DataFrame) -> np.ndarray:
+    """Rows that succeeded: ``ok``, else a 2xx ``status``, else every row.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A requests table.
+
+    Returns
+    -------
+    numpy.ndarray
+        Boolean mask.
+    """
+    if "ok" in frame.columns:
+        return frame["ok"].fillna(False).to_numpy(bool)
+    if "status" in frame.columns:
+        status = column(frame, "status")
+        return (status >= 200) & (status < 300)
+    return np.ones(len(frame), bool)
+
+
+def row_times(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each row: ``t_scheduled`` (else ``t_sent``, else end - latency), ``t_end``.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        A requests table.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(start, end)``, NaN where unknown.
+    """
+    latency = column(frame, "latency_s")
+    end = column(frame, "t_end")
+    start = column(frame, "t_scheduled")
+    start = np.where(np.isnan(start), column(frame, "t_sent"), start)
+    start = np.where(np.isnan(start), end - latency, start)
+    end = np.where(np.isnan(end), start + latency, end)
+    return start, end
+
+
+def mser5(values: np.ndarray) -> int:
+    """MSER-5 truncation point of a sequence: how many leading values to drop.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations in time order (NaN-free).
+
+    Returns
+    -------
+    int
+        A multiple of 5, at most half the sequence; 0 for fewer than 20 values.
+    """
+    k = len(values) // 5
+    if k < 4:
+        return 0
+    means = values[: 5 * k].reshape(k, 5).mean(axis=1)
+    # standard error of the mean of batches d.. for every d, from suffix sums
+    rev = means[::-1]
+    count = np.arange(1, k + 1)[::-1]
+    s1 = np.cumsum(rev)[::-1]
+    s2 = np.cumsum(rev**2)[::-1]
+    sse = s2 - s1**2 / count
+    score = sse / count**2
+    half = k // 2 + 1
+    return 5 * int(np.argmin(score[:half]))
+
+
+def grows(values: np.ndarray, factor: float = 1.5, alpha: float = 0.001) -> bool:
+    """Whether a sequence keeps growing: a queue that never reaches a steady state.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Latencies in send order (NaN-free).
+    factor : float, default 1.5
+        The last quarter's mean must exceed the first quarter's by this factor...
+    alpha : float, default 0.001
+        ...and the rank correlation with the send order be significant at this level.
+
+    Returns
+    -------
+    bool
+        False for fewer than 8 values.
+    """
+    n = len(values)
+    if n < 8:
+        return False
+    q = n // 4
+    if not values[-q:].mean() > factor * values[:q].mean():
+        return False
+    from scipy.stats import spearmanr  # lazy: scipy is slow to import
+
+    rho, p = spearmanr(np.arange(n), values)
+    return bool(rho > 0 and p < alpha)
+
+
+def transient_mask(
+    kind: str | None,
+    level: float,
+    start: np.ndarray,
+    end: np.ndarray,
+    latency: np.ndarray,
+    measured: np.ndarray,
+) -> np.ndarray:
+    """Measured rows of one level that belong to its start-up transient.
+
+    Parameters
+    ----------
+    kind : {"concurrency", "rate"} or None
+        The level's kind (other kinds have no transient cut).
+    level : float
+        Its value (the number of clients of a closed-loop level).
+    start, end, latency : numpy.ndarray
+        Per row of the level, all phases (see :func:`row_times`).
+    measured : numpy.ndarray
+        Boolean: the row is not a warmup row.
+
+    Returns
+    -------
+    numpy.ndarray
+        Boolean mask over the level's rows (never a warmup row).
+    """
+    cut = np.zeros(len(start), bool)
+    if kind == "concurrency" and level > 1:
+        # by send order, not completion order: the first N completions are the shortest of
+        # the first round, and cutting them would bias the service times left up
+        sent = np.isfinite(start)
+        n_first = min(int(level), int(sent.sum()))
+        if n_first:
+            order = np.argsort(np.where(sent, start, np.inf), kind="stable")[:n_first]
+            cut[order] = True
+    elif kind == "rate":
+        idx = np.flatnonzero(measured & np.isfinite(latency) & np.isfinite(start))
+        idx = idx[np.argsort(start[idx], kind="stable")]
+        cut[idx[: mser5(latency[idx])]] = True
+    return cut & measured
+
+
+def phases(requests: pd.DataFrame) -> np.ndarray:
+    """Name each row's phase: ``"warmup"``, ``"transient"`` or ``"measure"``.
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        A requests table with ``level`` (``level_kind``, ``run_id``, ``phase`` and the times are
+        used when present).
+
+    Returns
+    -------
+    numpy.ndarray
+        One string per row, in the table's order.
+    """
+    n = len(requests)
+    warm = np.zeros(n, bool)
+    if "phase" in requests.columns:
+        warm = (requests["phase"] == "warmup").fillna(False).to_numpy(bool)
+    out = np.where(warm, "warmup", "measure").astype(object)
+    if not n or "level" not in requests.columns:
+        return out
+    start, end = row_times(requests)
+    latency = column(requests, "latency_s")
+    keys = [k for k in ("run_id", "level_kind", "level") if k in requests.columns]
+    for key, idx in requests.groupby(keys, sort=False, dropna=False).indices.items():
+        values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        kind = values.get("level_kind")
+        kind = kind if isinstance(kind, str) else None
+        cut = transient_mask(
+            kind, float(values["level"]), start[idx], end[idx], latency[idx], ~warm[idx]
+        )
+        out[idx[cut]] = "transient"
+    return out
+
+
+def steady_window(start: np.ndarray, end: np.ndarray, transient: np.ndarray) -> tuple[float, float]:
+    """Return the level's steady window ``(a, b]`` (see the module docstring).
+
+    Parameters
+    ----------
+    start, end : numpy.ndarray
+        Per row of the level, every phase.
+    transient : numpy.ndarray
+        Boolean: the row is in the start-up transient.
+
+    Returns
+    -------
+    tuple of float
+        ``(a, b)``; ``b <= a`` when the level has no steady part.
+    """
+    done = np.isfinite(start) & np.isfinite(end)
+    if not done.any():
+        return math.nan, math.nan
+    a = float(end[done].min())
+    if (transient & done).any():
+        a = max(a, float(end[transient & done].max()))
+    return a, float(start[done].max())
+
+
+def throughput(
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+    transient: np.ndarray,
+    measured: np.ndarray,
+    weights: np.ndarray | None = None,
+) -> tuple[float, bool]:
+    """Completion rate of a level in its steady window (see the module docstring).
+
+    Parameters
+    ----------
+    start, end : numpy.ndarray
+        Per row of the level, every phase.
+    ok : numpy.ndarray
+        Boolean: the row succeeded.
+    transient : numpy.ndarray
+        Boolean: the row is in the start-up transient.
+    measured : numpy.ndarray
+        Boolean: the row is not a warmup row (the window is the measured rows').
+    weights : numpy.ndarray, optional
+        Count each completion with this weight (e.g. its output tokens) instead of 1.
+
+    Returns
+    -------
+    tuple
+        ``(rate, windowed)``: per second, and whether the steady window was long enough (else
+        the rate is over the whole span).
+    """
+    w = np.ones(len(start)) if weights is None else np.asarray(weights, dtype=np.float64)
+    done = ok & np.isfinite(end)
+    a, b = steady_window(start[measured], end[measured], transient[measured])
+    if math.isnan(a):
+        return math.nan, False
+    inside = done & (end > a) & (end <= b)
+    if b > a and inside.sum() >= max(2, MIN_WINDOW_SHARE * (done & measured).sum()):
+        return float(w[inside].sum()) / (b - a), True
+    done &= measured
+    known = measured & np.isfinite(start) & np.isfinite(end)
+    span = float(end[known].max() - start[known].min())
+    return (float(w[done].sum()) / span if span > 0 else math.nan), False
+
+
+def batch_means(values: np.ndarray, min_batch: int = 1) -> tuple[float, float, float]:
+    """Mean and its standard error by overlapping batch means over the sequence's order.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations in request order (NaN-free).
+    min_batch : int, default 1
+        Fewest rows per batch (e.g. a closed level's population: requests a round apart share a
+        queue state).
+
+    Returns
+    -------
+    tuple
+        ``(mean, se, df)``: the standard error (never below the independent-draws one) and its
+        degrees of freedom (Meketon and Schmeiser's overlapping batch means: about 1.5 times the
+        number of non-overlapping batches, less one). With fewer than two batches' worth of data
+        the standard error is the independent-draws one, with ``n - 1`` degrees of freedom.
+    """
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(values.mean())
+    if n < 2:
+        return mean, math.nan, math.nan
+    var = float(values.var(ddof=1))
+    iid = math.sqrt(var / n)
+    size = max(_MIN_BATCH, int(min_batch), math.ceil(n / _MAX_BATCHES))
+    if n < 2 * size:
+        return mean, iid, float(n - 1)
+    sums = np.concatenate([[0.0], np.cumsum(values - mean)])
+    means = (sums[size:] - sums[:-size]) / size
+    sigma2 = n * size / ((n - size + 1) * (n - size)) * float(np.sum(means**2))
+    df = 1.5 * (n / size - 1)
+    return mean, max(math.sqrt(sigma2 / n), iid), df
+
+
+def mean_interval(
+    values: np.ndarray, confidence: float = CONFIDENCE, min_batch: int = 1
+) -> tuple[float, float, float]:
+    """Mean with a Student-t interval on its batch-means standard error.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations in request order (NaN-free).
+    confidence : float, default 0.95
+        Coverage of the interval.
+    min_batch : int, default 1
+        As for :func:`batch_means`.
+
+    Returns
+    -------
+    tuple of float
+        ``(mean, low, high)``; the bounds are NaN for fewer than 2 values.
+    """
+    from scipy.stats import t as student  # lazy: scipy is slow to import
+
+    mean, se, df = batch_means(values, min_batch)
+    if math.isnan(se):
+        return mean, math.nan, math.nan
+    half = float(student.ppf(0.5 + confidence / 2, df)) * se
+    return mean, mean - half, mean + half
+
+
+def quantile_interval(
+    values: np.ndarray, q: float, confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """Quantile (linear interpolation) with its distribution-free order-statistic interval.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations (NaN-free).
+    q : float
+        Probability in (0, 1).
+    confidence : float, default 0.95
+        Coverage of the interval.
+
+    Returns
+    -------
+    tuple of float
+        ``(estimate, low, high)``; a bound the sample is too small to give is NaN.
+    """
+    from scipy.stats import binom  # lazy: scipy is slow to import
+
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    est = float(np.quantile(values, q))
+    if n < 2:
+        return est, math.nan, math.nan
+    # the ranks of scipy.stats.quantile_test(...).confidence_interval(), without its search
+    x = np.sort(values)
+    alpha = 1.0 - confidence
+    lo_rank = int(binom.ppf(alpha / 2, n, q))
+    hi_rank = int(binom.isf(alpha / 2, n, q))
+    low = float(x[lo_rank - 1]) if lo_rank >= 1 else math.nan
+    high = float(x[hi_rank]) if hi_rank < n else math.nan
+    return est, low, high

@@ -1,0 +1,106 @@
+"""The one statistics module: intervals, transient cut and throughput window."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from llmlat import stats
+from llmlat.summary import summarize
+
+
+def test_order_statistic_ci_covers_the_true_quantile():
+    # distribution-free: coverage holds for any continuous law; exponential median = ln 2
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(400):
+        _, low, high = stats.quantile_interval(rng.exponential(1.0, 200), 0.5)
+        hits += low <= np.log(2) <= high
+    assert 0.92 <= hits / 400 <= 0.995
+
+
+def _ar1(rng, n, phi):
+    x = np.empty(n)
+    x[0] = rng.normal()
+    for i in range(1, n):
+        x[i] = phi * x[i - 1] + np.sqrt(1 - phi**2) * rng.normal()
+    return x
+
+
+def test_batch_means_interval_holds_on_correlated_draws_where_iid_fails():
+    # an AR(1) sequence (phi 0.8) has mean 0; its iid interval is ~3x too narrow
+    rng = np.random.default_rng(3)
+    bm = iid = 0
+    for _ in range(300):
+        x = _ar1(rng, 400, 0.8)
+        _, lo, hi = stats.mean_interval(x)
+        bm += lo <= 0 <= hi
+        half = 1.96 * x.std(ddof=1) / np.sqrt(len(x))
+        iid += abs(x.mean()) <= half
+    assert bm / 300 >= 0.88
+    assert iid / 300 < 0.7
+
+
+def test_mser5_cuts_a_start_up_ramp_and_nothing_from_a_stationary_sequence():
+    rng = np.random.default_rng(1)
+    flat = rng.exponential(1.0, 400)
+    assert stats.mser5(flat) <= 40
+    ramp = np.concatenate([np.linspace(20, 1, 60), rng.exponential(1.0, 340)])
+    assert 40 <= stats.mser5(ramp) <= 100
+
+
+def _closed_level(n_clients: int, n_requests: int, service_s: float, warmup: int = 0):
+    """N clients on one server with constant service: the i-th request ends at (i + 1) * s."""
+    rows = []
+    for i in range(n_requests + warmup):
+        end = (i + 1) * service_s
+        start = 0.0 if i < n_clients else (i + 1 - n_clients) * service_s
+        rows.append(
+            {
+                "level_kind": "concurrency",
+                "level": float(n_clients),
+                "phase": "warmup" if i < warmup else "measure",
+                "ok": True,
+                "t_scheduled": start,
+                "t_sent": start,
+                "t_end": end,
+                "latency_s": end - start,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_a_level_too_short_for_a_steady_window_reports_completions_over_its_span():
+    # 45 requests at 40 clients (5 of them warmup), served one every 0.1 s: 4.5 s in all.
+    # Every client starts at 0, so the window from the first end to the last start holds
+    # almost nothing; the rate must be completions over the span, not 31,000 req/s.
+    req = _closed_level(40, 40, 0.1, warmup=5)
+    row = summarize(req).iloc[0]
+    assert row["throughput_rps"] == pytest.approx(40 / 4.5, rel=0.02)
+    assert not row["steady"]
+
+
+def test_the_first_n_completions_of_a_closed_level_are_transient_and_left_out():
+    req = _closed_level(10, 60, 0.1)
+    phase = stats.phases(req)
+    assert (phase == "transient").sum() == 10
+    assert set(np.flatnonzero(phase == "transient")) == set(range(10))
+    row = summarize(req).iloc[0]
+    assert row["n"] == 60 and row["n_transient"] == 10
+    # past the transient every request waits for 9 others: latency exactly 10 x 0.1 s
+    assert row["latency_p50_s"] == pytest.approx(1.0)
+    assert row["latency_mean_s"] == pytest.approx(1.0)
+    assert row["throughput_rps"] == pytest.approx(10.0)
+    assert row["steady"]
+
+
+def test_quantile_interval_is_scipys_quantile_test_interval():
+    from scipy.stats import quantile_test
+
+    rng = np.random.default_rng(5)
+    for n, q in ((7, 0.5), (40, 0.95), (250, 0.99), (1000, 0.9)):
+        x = rng.exponential(1.0, n)
+        est, low, high = stats.quantile_interval(x, q)
+        ci = quantile_test(x, q=est, p=q).confidence_interval(0.95)
+        np.testing.assert_allclose([low, high], [ci.low, ci.high], equal_nan=True)
