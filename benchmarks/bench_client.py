@@ -188,7 +188,7 @@ async def _closed_loop(worker: Callable[[int], Awaitable[None]], n: int, request
 
 
 async def llmlat_loop(url: str, n: int, requests: int, transport: str = "http11") -> float:
-    from llmlat.client import Client, RetryPolicy, Target
+    from llmlat._client import Client, RetryPolicy, Target
     from llmlat.schema import Record
 
     t0 = time.perf_counter_ns()
@@ -210,7 +210,7 @@ async def aiohttp_loop(url: str, n: int, requests: int) -> float:
     """Baseline: aiohttp's ClientSession reading each answer, parsing nothing."""
     import aiohttp
 
-    from llmlat.apis import get_endpoint
+    from llmlat._apis import get_endpoint
 
     endpoint = get_endpoint("openai-chat")
     target = endpoint.url(url)
@@ -279,7 +279,7 @@ async def aiohttp_ttft(url: str, n: int, requests: int, run_id: str) -> pd.DataF
     """aiohttp reading the raw stream: perf_counter of the first content event per request."""
     import aiohttp
 
-    from llmlat.apis import get_endpoint
+    from llmlat._apis import get_endpoint
 
     endpoint = get_endpoint("openai-chat")
     target = endpoint.url(url)
@@ -357,7 +357,7 @@ def peak_mb():  # VmHWM: this process image's own peak (ru_maxrss keeps the fork
 
 _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-import llmlat.engine  # numpy, pandas, ...: what any sweep has loaded
+import llmlat._engine  # numpy, pandas, ...: what any sweep has loaded
 before = peak_mb()
 result = llmlat.sweep("Say something.", url=sys.argv[1], model="bench", concurrency=[5000],
                       requests=5000, retries=0, progress=False, timeout_s=120)

@@ -17,8 +17,8 @@ import numpy as np
 
 import llmlat
 from llmlat import queueing
+from llmlat._summary import summarize
 from llmlat._synth import mgc_sweep, mmc_closed_requests, mmc_open_requests
-from llmlat.summary import summarize
 
 C, MU = 4, 2.0
 CLOSED_LEVELS = [1, 2, 4, 8, 16]

@@ -22,9 +22,9 @@ from llmlat._version import __version__
 
 # public name -> module that defines it (imported on first use)
 _LAZY = {
-    "sweep": "llmlat.engine",
-    "asweep": "llmlat.engine",
-    "Sweeper": "llmlat.engine",
+    "sweep": "llmlat._engine",
+    "asweep": "llmlat._engine",
+    "Sweeper": "llmlat._engine",
     "SweepConfig": "llmlat.config",
     "Target": "llmlat.config",
     "RetryPolicy": "llmlat.config",
@@ -67,8 +67,8 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover
     from llmlat import datasets, plot, queueing, schema
+    from llmlat._engine import Sweeper, asweep, sweep
     from llmlat.config import RetryPolicy, SweepConfig, Target
-    from llmlat.engine import Sweeper, asweep, sweep
     from llmlat.fitting import FitResult, compare, fit
     from llmlat.results import SweepResult, read
     from llmlat.schema import Attempt, Record
@@ -100,7 +100,7 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython : IPython.core.interactiveshell.InteractiveShell
         The running shell.
     """
-    from llmlat.ipython import load_ipython_extension as load
+    from llmlat._ipython import load_ipython_extension as load
 
     load(ipython)
 
@@ -113,6 +113,6 @@ def unload_ipython_extension(ipython: Any) -> None:
     ipython : IPython.core.interactiveshell.InteractiveShell
         The running shell.
     """
-    from llmlat.ipython import unload_ipython_extension as unload
+    from llmlat._ipython import unload_ipython_extension as unload
 
     unload(ipython)

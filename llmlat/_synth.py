@@ -246,7 +246,7 @@ def mgc_sweep(
 ) -> pd.DataFrame:
     """Simulate a whole sweep as llmlat runs it, on c FCFS servers (M/G/c), exactly.
 
-    Each level starts empty and runs the default length of :func:`llmlat.loadshapes.default_length`
+    Each level starts empty and runs the default length of :func:`llmlat._loadshapes.default_length`
     with no warmup: a closed level's N clients all send at time 0 (the start-up transient is in
     the data, as in a real sweep); an open level's Poisson arrivals run for its duration. With
     ``queue_cap`` an open level refuses (429, ``rate_limited``) an arrival that finds that many
@@ -276,7 +276,7 @@ def mgc_sweep(
     pandas.DataFrame
         A requests table with ``ok``, ``status``, ``error_kind`` and ``attempts``.
     """
-    from llmlat.loadshapes import default_length
+    from llmlat._loadshapes import default_length
 
     rng = np.random.default_rng(seed)
     out = []

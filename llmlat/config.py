@@ -10,9 +10,9 @@ line and in the magic (``timeout_s`` <-> ``--timeout-s``; nothing else changes).
 default (the field's) and one validation, done when the config is built:
 
 - the target's fields (``url``, ``api``, ``model``, ``api_key_env``, ``headers``, ``timeout_s``,
-  ``stream``, ``max_tokens``) by :class:`~llmlat.client.Target`;
-- the load shape and level lengths by :func:`llmlat.loadshapes.plan_levels`;
-- the retry policy by :class:`~llmlat.client.RetryPolicy`;
+  ``stream``, ``max_tokens``) by :class:`~llmlat._client.Target`;
+- the load shape and level lengths by :func:`llmlat._loadshapes.plan_levels`;
+- the retry policy by :class:`~llmlat._client.RetryPolicy`;
 - the run settings here.
 
 A :class:`ValueError` names the option in its Python spelling (``"timeout_s: ..."``); the
@@ -41,10 +41,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from llmlat.apis import API_NAMES
-from llmlat.client import RetryPolicy, Target
-from llmlat.loadshapes import ARRIVALS, LevelPlan, plan_levels
-from llmlat.redact import redact_url
+from llmlat._apis import API_NAMES
+from llmlat._client import RetryPolicy, Target
+from llmlat._loadshapes import ARRIVALS, LevelPlan, plan_levels
+from llmlat._redact import redact_url
 
 __all__ = [
     "GROUPS",
@@ -378,7 +378,7 @@ class SweepConfig:
     # ------------------------------------------------------------------ views
 
     def target(self, url: str | None = None) -> Target:
-        """Return the :class:`~llmlat.client.Target` of the run.
+        """Return the :class:`~llmlat._client.Target` of the run.
 
         Parameters
         ----------
@@ -401,7 +401,7 @@ class SweepConfig:
         )
 
     def retry_policy(self) -> RetryPolicy:
-        """Return the :class:`~llmlat.client.RetryPolicy` of the run.
+        """Return the :class:`~llmlat._client.RetryPolicy` of the run.
 
         Returns
         -------
@@ -415,7 +415,7 @@ class SweepConfig:
         )
 
     def plans(self) -> list[LevelPlan]:
-        """Return the planned levels, in order (see :func:`llmlat.loadshapes.plan_levels`).
+        """Return the planned levels, in order (see :func:`llmlat._loadshapes.plan_levels`).
 
         Returns
         -------

@@ -29,7 +29,7 @@ from matplotlib.ticker import NullFormatter, PercentFormatter
 
 from llmlat import stats as _st
 from llmlat._aggregate import QUANTILES, is_level_table
-from llmlat.summary import summarize
+from llmlat._summary import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
     from llmlat.fitting import FitResult
@@ -180,7 +180,7 @@ def _metric_label(metric: str) -> str:
 
 
 def _summary(sweep: _Sweep) -> pd.DataFrame:
-    """Per-level counts, rates and throughput from :func:`llmlat.summary.summarize`.
+    """Per-level counts, rates and throughput from :func:`llmlat._summary.summarize`.
 
     Adds ``attempt_429_rate``: the share of HTTP attempts answered 429, known only with an
     attempts table. A per-level table gives the same columns (see :func:`_level_summary`).
@@ -568,7 +568,7 @@ def utilization(
     Notes
     -----
     A level's utilization is its measured throughput (ok requests per second, as in
-    :func:`llmlat.summary.summarize`; a per-level table's ``throughput_rps``) over
+    :func:`llmlat._summary.summarize`; a per-level table's ``throughput_rps``) over
     ``fit.capacity_rps``, so closed- and open-loop sweeps share this axis. The solid curve is
     the fitted model in the sweep's form against its own utilization. For a concurrency sweep
     the open form (the same station fed by Poisson arrivals, what the 70% / 90% rules of thumb

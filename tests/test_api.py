@@ -20,7 +20,7 @@ def test_unknown_attribute_is_an_attribute_error():
 
 def test_functions_are_not_shadowed_by_their_modules():
     # a submodule named like a package function would replace it on first import
-    import llmlat.engine
+    import llmlat._engine
     import llmlat.fitting
 
     assert callable(llmlat.sweep) and not isinstance(llmlat.sweep, type(llmlat))

@@ -13,8 +13,8 @@ from email.utils import formatdate
 import pytest
 from aiohttp import web
 
-from llmlat.client import Client, RetryPolicy, Target, _retry_after, classify_status
-from llmlat.redact import redact_url
+from llmlat._client import Client, RetryPolicy, Target, _retry_after, classify_status
+from llmlat._redact import redact_url
 from llmlat.schema import ERROR_KINDS, Attempt, Record, attempts_frame, requests_frame
 from llmlat.sim import Simulator
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from llmlat.apis import API_NAMES, get_endpoint, make_payload
-from llmlat.redact import one_line
+from llmlat._apis import API_NAMES, get_endpoint, make_payload
+from llmlat._redact import one_line
 
 
 def sse(*events: object, done: bool = True) -> bytes:

@@ -371,7 +371,7 @@ def test_throughput_is_the_summary_steady_window_rate():
     # N = 16 clients on 4 servers of rate 2: saturated, X = 8/s; one definition everywhere
     req = mmc_closed_requests([2, 16], mu=2.0, c=4, n=4000, seed=9)
     res = fit(req, model="mmc")
-    summary = llmlat.summary.summarize(req).set_index("level")["throughput_rps"]
+    summary = llmlat._summary.summarize(req).set_index("level")["throughput_rps"]
     assert res.levels["throughput_rps"].to_numpy() == pytest.approx(summary.to_numpy())
     assert res.levels.loc[16.0, "throughput_rps"] == pytest.approx(8.0, rel=0.05)
 

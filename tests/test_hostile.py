@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from hostile import IDLE_CLOSE_S, HostileServer, serving_in_a_thread
 
-from llmlat.client import Client, RetryPolicy, Target
-from llmlat.engine import asweep
+from llmlat._client import Client, RetryPolicy, Target
+from llmlat._engine import asweep
 from llmlat.schema import Record
 
 # fault -> error kind of every request (None: all succeed)
@@ -163,7 +163,7 @@ def test_no_model_uses_the_first_listed_or_fails_in_one_line_before_any_request(
 
 EMFILE_SCRIPT = """
 import asyncio, os, resource, sys
-from llmlat.client import Client, RetryPolicy, Target
+from llmlat._client import Client, RetryPolicy, Target
 from llmlat.schema import Record
 
 async def main():

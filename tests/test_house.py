@@ -195,8 +195,8 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_import_graph_sees_the_package() -> None:
     graph = _graph(deferred=False)
-    assert "llmlat.engine" in graph and "llmlat.client" in graph["llmlat.engine"]
-    assert "llmlat.transport" in _reachable(graph, "llmlat.engine")
+    assert "llmlat._engine" in graph and "llmlat._client" in graph["llmlat._engine"]
+    assert "llmlat._transport" in _reachable(graph, "llmlat._engine")
 
 
 @pytest.mark.parametrize("deferred", [False, True], ids=["on-import", "with-function-imports"])
@@ -207,7 +207,7 @@ def test_no_import_cycles_among_llmlat_modules(deferred: bool) -> None:
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
-ENGINE = ("llmlat.engine", "llmlat.client", "llmlat.transport", "llmlat.apis")
+ENGINE = ("llmlat._engine", "llmlat._client", "llmlat._transport", "llmlat._apis")
 
 
 def _in(module: str, roots: tuple[str, ...]) -> bool:
@@ -228,8 +228,8 @@ def test_the_engine_never_imports_the_package_root() -> None:
     assert not offenders, f"the engine imports the package root at {offenders}"
 
 
-NOTEBOOK_AND_PLOTS = ("llmlat.ipython", "llmlat.plot", "llmlat.report")
-STATISTICS = ("llmlat.fitting", "llmlat.queueing", "llmlat.summary", "llmlat._aggregate")
+NOTEBOOK_AND_PLOTS = ("llmlat._ipython", "llmlat.plot", "llmlat._report")
+STATISTICS = ("llmlat.fitting", "llmlat.queueing", "llmlat._summary", "llmlat._aggregate")
 
 # (who, what it never imports, counting imports inside functions too): the design's one-way flow
 LAYER_RULES = [
@@ -252,7 +252,7 @@ def test_layer_rule(who: tuple[str, ...], never: tuple[str, ...], deferred: bool
 
 def test_importing_the_client_loads_no_pandas_or_plotting() -> None:
     code = (
-        "import sys, llmlat.client; heavy = ('pandas', 'seaborn', 'matplotlib', 'IPython'); "
+        "import sys, llmlat._client; heavy = ('pandas', 'seaborn', 'matplotlib', 'IPython'); "
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

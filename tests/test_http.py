@@ -10,9 +10,9 @@ import zlib
 
 import pytest
 
-from llmlat.client import Client, RetryPolicy, Target
+from llmlat._client import Client, RetryPolicy, Target
+from llmlat._transport import BadResponse, ConnectionFailed, Pool, Response
 from llmlat.schema import Record
-from llmlat.transport import BadResponse, ConnectionFailed, Pool, Response
 
 BODY = b"{}"
 SSE = (

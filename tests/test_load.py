@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llmlat.loadshapes import (
+from llmlat._loadshapes import (
     arrival_gaps,
     default_length,
     open_loop_schedule,

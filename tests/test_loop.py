@@ -45,10 +45,10 @@ def test_import_patches_nothing() -> None:
     proc = _run_python(
         """
         import asyncio, sys
-        import llmlat, llmlat._loop, llmlat.ipython
+        import llmlat, llmlat._loop, llmlat._ipython
         assert not hasattr(asyncio, "_nest_patched"), "asyncio patched at import"
         leaked = {"IPython", "nest_asyncio2", "nest_asyncio", "uvloop"} & set(sys.modules)
-        # llmlat.ipython may import IPython (it is the extension), plain llmlat may not
+        # llmlat._ipython may import IPython (it is the extension), plain llmlat may not
         leaked.discard("IPython")
         assert not leaked, leaked
         """

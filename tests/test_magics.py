@@ -24,7 +24,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import llmlat
-from llmlat.ipython import LLMMagics, LLMSweep
+from llmlat._ipython import LLMMagics, LLMSweep
 
 pytestmark = pytest.mark.magics
 
@@ -385,7 +385,7 @@ def test_help(ip: InteractiveShell) -> None:
 
 
 def test_every_option_has_help(ip: InteractiveShell) -> None:
-    from llmlat.ipython import _fit_parser, _sim_parser, _sweep_parser
+    from llmlat._ipython import _fit_parser, _sim_parser, _sweep_parser
 
     for parser in (_sweep_parser(), _sim_parser(), _fit_parser()):
         for action in parser._actions:

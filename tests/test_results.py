@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import llmlat
+from llmlat._summary import SUMMARY_COLUMNS, summarize
 from llmlat.results import DatasetWriter, SweepResult, read
 from llmlat.schema import (
     ATTEMPT_COLUMNS,
@@ -31,7 +32,6 @@ from llmlat.schema import (
     levels_frame,
     requests_frame,
 )
-from llmlat.summary import SUMMARY_COLUMNS, summarize
 
 RUN = "run-1"
 

@@ -20,7 +20,7 @@ import pytest
 import llmlat
 from llmlat.cli import main
 from llmlat.results import DatasetWriter, read, recover
-from llmlat.results.savepath import journal_path
+from llmlat.results._savepath import journal_path
 from llmlat.schema import Record
 from llmlat.sim import Simulator
 

@@ -17,10 +17,10 @@ import pytest
 from hostile import HostileServer, serving_in_a_thread
 from IPython.core.interactiveshell import InteractiveShell
 
-from llmlat.client import Target, _request_headers, _warn_if_proxy_unused
-from llmlat.engine import Sweeper
-from llmlat.redact import redact
-from llmlat.report import write_report
+from llmlat._client import Target, _request_headers, _warn_if_proxy_unused
+from llmlat._engine import Sweeper
+from llmlat._redact import redact
+from llmlat._report import write_report
 from llmlat.results import DatasetWriter
 
 KEY = "sk-Hostile-KEY-5f0c9a7e21bd43"

@@ -10,6 +10,7 @@ import json
 import math
 
 import aiohttp
+import pandas as pd
 import pytest
 from sim_http import body_for, call
 
@@ -20,6 +21,21 @@ pytestmark = pytest.mark.timeout(120)
 P = {"p_500": 0.06, "p_503": 0.06, "p_drop": 0.06, "p_malformed": 0.06, "p_stall": 0.04}
 KIND = {"p_500": "error_500", "p_503": "error_503", "p_drop": "dropped"}
 KIND |= {"p_malformed": "malformed", "p_stall": "stalled"}
+
+
+async def until(condition, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` every 10 ms until it holds (a bounded wait, never a fixed sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def first_outcome(sim) -> str | None:
+    """The outcome of the simulator's first request, None while it has none."""
+    outcome = sim.truth()["outcome"]
+    return None if outcome.empty or pd.isna(outcome.iloc[0]) else str(outcome.iloc[0])
 
 
 def classify(reply) -> str:
@@ -63,7 +79,8 @@ async def storm(n: int, clients: int, **options):
                 for chunk in await asyncio.gather(*(worker() for _ in range(clients)))
                 for x in chunk
             ]
-        await asyncio.sleep(0.05)  # let the server notice the clients that gave up on stalls
+        # polled, not slept: the server notices the clients that gave up on stalls
+        await until(lambda: sim.truth()["outcome"].notna().all())
         return dict(results), sim.truth()
 
 
@@ -137,7 +154,8 @@ def test_client_leaving_mid_stream(mode):
                     seen += b'"content":"' in line and b'"content":""' not in line
                     if seen == 3:
                         break
-            await asyncio.sleep(0.05)  # the server notices the closed connection
+            # polled, not slept: the server notices the closed connection
+            await until(lambda: first_outcome(sim) == "disconnected")
             second = await call(session, sim.url, "openai-chat", body_for("openai-chat"))
             return second, sim.truth()
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmlat.apis import get_endpoint
-from llmlat.apis.sse import SSEDecoder
+from llmlat._apis import get_endpoint
+from llmlat._apis.sse import SSEDecoder
 
 
 def decode(chunks, *, fast=True):

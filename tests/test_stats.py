@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from llmlat import stats
-from llmlat.summary import summarize
+from llmlat._summary import summarize
 
 
 def test_order_statistic_ci_covers_the_true_quantile():

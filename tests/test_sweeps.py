@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 
 import llmlat
-from llmlat.engine import Sweeper, asweep, sweep
-from llmlat.loadshapes import open_loop_schedule
+from llmlat._engine import Sweeper, asweep, sweep
+from llmlat._loadshapes import open_loop_schedule
 from llmlat.sim import Simulator
 
 # fast, deterministic replica: 16-token answers, short steps

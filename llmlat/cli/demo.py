@@ -44,8 +44,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from llmlat._demo import run_demo
     from llmlat.config import SweepConfig
-    from llmlat.demo import run_demo
 
     preset = getattr(args, "simulator", _DEMO_PRESET)
     SweepConfig(simulator=preset, concurrency=1)  # --simulator checked as llmlat sweep does

@@ -38,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from llmlat.results import read, recover
-    from llmlat.results.savepath import journal_in_use, journal_path
+    from llmlat.results._savepath import journal_in_use, journal_path
 
     path: Path = args.path
     journal = journal_path(path)

@@ -35,7 +35,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from llmlat.report import build_report
+    from llmlat._report import build_report
     from llmlat.results import read
 
     result = read(args.dataset)

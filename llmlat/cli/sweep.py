@@ -94,7 +94,7 @@ def read_payload(path: Path) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     from llmlat._display import compact, to_text
-    from llmlat.engine import sweep
+    from llmlat._engine import sweep
 
     warnings.formatwarning = _one_line_warning
     payload = args.prompt if args.payload is None else read_payload(args.payload)

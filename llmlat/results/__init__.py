@@ -6,7 +6,7 @@
 the journal of a sweep that crashed.
 """
 
-from llmlat.results.dataset import DatasetWriter, SweepResult, read, recover
-from llmlat.results.savepath import check_save_path
+from llmlat.results._dataset import DatasetWriter, SweepResult, read, recover
+from llmlat.results._savepath import check_save_path
 
 __all__ = ["DatasetWriter", "SweepResult", "check_save_path", "read", "recover"]

@@ -18,7 +18,7 @@ when one exists and then sets ``meta["complete"] = False``; a closed writer sets
 journal of a sweep that never closed its writer (crash, ``kill -9``) stays until
 :func:`recover` (``llmlat read PATH --recover``) turns it into the dataset; a new writer refuses
 to replace it, or any dataset, unless given ``overwrite=True``
-(:mod:`llmlat.results.savepath` checks the path and locks a live journal).
+(:mod:`llmlat.results._savepath` checks the path and locks a live journal).
 
 Secrets: ``meta`` is normalized to plain JSON at construction and scrubbed there, so neither a
 repr nor a saved file can show a credential: values under key names such as ``authorization`` or
@@ -47,8 +47,9 @@ import numpy as np
 import pandas as pd
 
 from llmlat._display import compact, to_text
-from llmlat.redact import credential_header, redact
-from llmlat.results.savepath import (
+from llmlat._redact import credential_header, redact
+from llmlat._summary import summarize
+from llmlat.results._savepath import (
     attempts_path,
     check_save_path,
     journal_in_use,
@@ -65,7 +66,6 @@ from llmlat.schema import (
     Record,
     coerce,
 )
-from llmlat.summary import summarize
 
 __all__ = ["DatasetWriter", "SweepResult", "read", "recover"]
 
@@ -296,7 +296,7 @@ class SweepResult:
         Returns
         -------
         pandas.DataFrame
-            See :func:`llmlat.summary.summarize` for every column and its definition
+            See :func:`llmlat._summary.summarize` for every column and its definition
             (including the ``steady`` and ``client_bound`` rules).
         """
         return summarize(self.requests, self.attempts, self.levels, phase=phase)
@@ -654,7 +654,7 @@ class DatasetWriter:
         Run metadata, cleaned as in :class:`SweepResult`.
     overwrite : bool, default False
         Replace a dataset or an unfinished sweep's journal already at ``path``; otherwise
-        their presence is an error (see :func:`~llmlat.results.savepath.check_save_path`).
+        their presence is an error (see :func:`~llmlat.results._savepath.check_save_path`).
 
     Raises
     ------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlat.apis.base import BodyResult, Endpoint, StreamParser, as_int
+from llmlat._apis.base import BodyResult, Endpoint, StreamParser, as_int
 
 __all__ = ["ChatEndpoint", "CompletionsEndpoint"]
 

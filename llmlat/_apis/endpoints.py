@@ -2,9 +2,9 @@
 
 Three flavours: ``"openai-chat"`` (``/v1/chat/completions``), ``"openai-completions"``
 (``/v1/completions``) and ``"anthropic-messages"`` (``/v1/messages``). An
-:class:`~llmlat.apis.base.Endpoint` turns a payload into a request body and headers, and parses
+:class:`~llmlat._apis.base.Endpoint` turns a payload into a request body and headers, and parses
 the answer: a server-sent-event stream fed read by read to a
-:class:`~llmlat.apis.base.StreamParser`, or a JSON body.
+:class:`~llmlat._apis.base.StreamParser`, or a JSON body.
 
 Nothing is guessed in a request: ``model`` and ``max_tokens`` are sent only when given
 (Anthropic's API requires both; without them its 400 answer says so). OpenAI streams ask for
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlat.apis.anthropic import MessagesEndpoint
-from llmlat.apis.base import Endpoint
-from llmlat.apis.openai import ChatEndpoint, CompletionsEndpoint
+from llmlat._apis.anthropic import MessagesEndpoint
+from llmlat._apis.base import Endpoint
+from llmlat._apis.openai import ChatEndpoint, CompletionsEndpoint
 
 __all__ = ["API_NAMES", "get_endpoint", "make_payload"]
 
@@ -72,7 +72,7 @@ def make_payload(payload: dict[str, Any] | str, api: str) -> dict[str, Any]:
 
 
 def get_endpoint(api: str) -> Endpoint:
-    """Get the :class:`~llmlat.apis.base.Endpoint` of an API flavour.
+    """Get the :class:`~llmlat._apis.base.Endpoint` of an API flavour.
 
     Parameters
     ----------

@@ -8,7 +8,7 @@ connection error: those are data.
 
 The API key is read from the environment variable the target names when the client starts and
 lives only in the request headers: not in a Target, a Record, an error text or a repr (every
-error text goes through :func:`llmlat.redact.one_line`, which masks the key, the values of
+error text goes through :func:`llmlat._redact.one_line`, which masks the key, the values of
 credential headers, re-cased or in fragments).
 
 What each time includes: ``t_sent`` is taken once the attempt's connection is open, so
@@ -36,11 +36,9 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from llmlat._version import __version__
-from llmlat.apis import API_NAMES, BodyResult, StreamParser, get_endpoint, make_payload
-from llmlat.redact import credential_header, forget, one_line, redact_url, remember
-from llmlat.schema import Attempt, Record
-from llmlat.transport import (
+from llmlat._apis import API_NAMES, BodyResult, StreamParser, get_endpoint, make_payload
+from llmlat._redact import credential_header, forget, one_line, redact_url, remember
+from llmlat._transport import (
     CONNECT_FAILED,
     TRANSPORTS,
     BadResponse,
@@ -50,6 +48,8 @@ from llmlat.transport import (
     make_transport,
     validate_headers,
 )
+from llmlat._version import __version__
+from llmlat.schema import Attempt, Record
 
 __all__ = [
     "RETRYABLE",
@@ -76,7 +76,7 @@ class Target:
     url : str
         Base URL (``http://host:port`` or ``.../v1``) or the full endpoint URL.
     api : str
-        One of :data:`llmlat.apis.endpoints.API_NAMES`.
+        One of :data:`llmlat._apis.endpoints.API_NAMES`.
     model : str, optional
         Sent as the body's ``model`` when given.
     api_key_env : str, optional
@@ -271,7 +271,7 @@ def classify_status(status: int) -> str | None:
 def _retry_after(headers: Any) -> float:
     """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date); NaN if none.
 
-    ``headers`` has lower-case names, as :class:`llmlat.transport._http11.Response` keeps them.
+    ``headers`` has lower-case names, as :class:`llmlat._transport._http11.Response` keeps them.
     """
     value = headers.get("retry-after-ms")
     if value is not None:
@@ -346,7 +346,7 @@ class Client:
         transport: str = "http11",
     ) -> None:
         if not isinstance(target, Target):
-            raise ValueError("target: expected a llmlat.client.Target")
+            raise ValueError("target: expected a llmlat._client.Target")
         if transport not in TRANSPORTS:
             raise ValueError(
                 f"transport: expected one of {', '.join(TRANSPORTS)}, got {transport!r}"
@@ -416,7 +416,7 @@ class Client:
             With ``run_id, level, level_kind, request_id, phase, worker, in_flight,
             t_scheduled`` set by the caller; every other field is filled here.
         payload : dict or str
-            The request (see :func:`llmlat.apis.endpoints.make_payload`). A dict is not changed,
+            The request (see :func:`llmlat._apis.endpoints.make_payload`). A dict is not changed,
             and must not be changed after it was sent: the encoded body of the last payload
             object is reused when the same object comes again.
         attempts : list of Attempt, optional

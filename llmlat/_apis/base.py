@@ -1,6 +1,6 @@
 """What every API flavour shares: the endpoint interface, the stream parser, error objects.
 
-A :class:`StreamParser` is fed network reads; its :class:`~llmlat.apis.sse.SSEDecoder` splits
+A :class:`StreamParser` is fed network reads; its :class:`~llmlat._apis.sse.SSEDecoder` splits
 them into events and every event is parsed as JSON (``orjson`` when installed: the ``fast``
 extra), so a malformed event or invalid UTF-8 anywhere in the stream is a protocol error, never
 content. Each event that carries generated content records the arrival time of the read that
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlat.apis.sse import SSEDecoder, SSEError
-from llmlat.redact import one_line
+from llmlat._apis.sse import SSEDecoder, SSEError
+from llmlat._redact import one_line
 
 try:
     from orjson import loads
@@ -199,12 +199,12 @@ class StreamParser:
 class Endpoint:
     """One API flavour: its path, request body, headers and answer parsing.
 
-    Use :func:`llmlat.apis.get_endpoint` to get one.
+    Use :func:`llmlat._apis.get_endpoint` to get one.
 
     Attributes
     ----------
     api : str
-        The flavour's name (one of :data:`llmlat.apis.API_NAMES`).
+        The flavour's name (one of :data:`llmlat._apis.API_NAMES`).
     path : str
         The request path, e.g. ``"/v1/chat/completions"``.
     """

@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from llmlat.transport._base import (
+from llmlat._transport._base import (
     CONNECT_FAILED,
     BadResponse,
     ConnectionFailed,
     Response,
     validate_headers,
 )
-from llmlat.transport._http11 import Pool
+from llmlat._transport._http11 import Pool
 
 __all__ = [
     "CONNECT_FAILED",
@@ -91,7 +91,7 @@ def make_transport(
     if name == "http11":
         return Pool(url, headers, method=method)
     if name == "aiohttp":
-        from llmlat.transport._aiohttp import AiohttpPool
+        from llmlat._transport._aiohttp import AiohttpPool
 
         return AiohttpPool(url, headers, method=method)
     raise ValueError(f"transport: expected one of {', '.join(TRANSPORTS)}, got {name!r}")

@@ -21,7 +21,7 @@ _QUICK_LEVELS = (1, 5, 10, 20, 50)
 
 def _requests_per_level(level: int, quick: bool) -> int:
     # the first N completions are the start-up transient; the summary's steady check wants
-    # max(20, 2N) requests after it (llmlat.summary), so a full demo level passes it
+    # max(20, 2N) requests after it (llmlat._summary), so a full demo level passes it
     if quick:
         return max(12, level)
     return max(20, 2 * level) + (level if level > 1 else 0)
@@ -66,8 +66,8 @@ def run_demo(
         The report's ``index.html``.
     """
     from llmlat._display import compact, to_text
-    from llmlat.engine import sweep
-    from llmlat.report import build_report
+    from llmlat._engine import sweep
+    from llmlat._report import build_report
     from llmlat.sim import SimConfig
 
     out_stream = stream or sys.stdout

@@ -1,6 +1,6 @@
 """The sweep engine: run the planned load levels against a target and record every request.
 
-:class:`Sweeper` executes the :class:`~llmlat.loadshapes.LevelPlan` of each level in order (closed
+:class:`Sweeper` executes the :class:`~llmlat._loadshapes.LevelPlan` of each level in order (closed
 loop: N workers; open loop / trace: sends at scheduled times, latency counted from the
 scheduled time), keeps one :class:`~llmlat.schema.Record` per issued request whatever happens,
 samples its own event-loop lag and CPU time per level (so a client-bound level can be flagged),
@@ -34,15 +34,15 @@ from typing import Any
 
 import numpy as np
 
+from llmlat._apis import make_payload
+from llmlat._client import Client, FailFast, list_models
 from llmlat._fdlimit import ensure_open_files
+from llmlat._loadshapes import LevelPlan
 from llmlat._loop import loop_factory, run_coroutine
 from llmlat._notice import notice
+from llmlat._redact import redact_url
 from llmlat._version import __version__
-from llmlat.apis import make_payload
-from llmlat.client import Client, FailFast, list_models
 from llmlat.config import SweepConfig, jsonable, with_options
-from llmlat.loadshapes import LevelPlan
-from llmlat.redact import redact_url
 from llmlat.results import DatasetWriter, SweepResult, check_save_path
 from llmlat.schema import (
     Attempt,

@@ -36,9 +36,9 @@ from traitlets import (
 )
 from traitlets.config import Configurable
 
+from llmlat._redact import redact
 from llmlat.cli.options import OneLineParser, add_config_options, flag_message, options_from_args
 from llmlat.config import OptionSpec, option_specs
-from llmlat.redact import redact
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -402,8 +402,8 @@ class LLMMagics(Magics):
         return options
 
     def _sweep(self, payload: Any, args: argparse.Namespace) -> SweepResult:
+        from llmlat._engine import Sweeper
         from llmlat._loop import run_coroutine
-        from llmlat.engine import Sweeper
 
         options = self._sweep_options(args)
         if payload is None:

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from llmlat.transport._base import (
+from llmlat._transport._base import (
     BadResponse,
     ConnectionFailed,
     Decoder,
@@ -56,7 +56,7 @@ class Pool:
     url : str
         The request URL (``http`` or ``https``).
     headers : mapping of str to str
-        Headers of every request (validated: see :func:`~llmlat.transport.validate_headers`).
+        Headers of every request (validated: see :func:`~llmlat._transport.validate_headers`).
     method : str
         ``"POST"`` (the default), ``"GET"``, ...
     idle_s : float

@@ -10,7 +10,7 @@ Three shapes, as in the design's load semantics:
 - trace replay: send offsets (and optional token counts) taken from a table or a list.
 
 Everything here is pure: :func:`plan_levels` validates the options and returns one
-:class:`LevelPlan` per level, which :mod:`llmlat.engine` executes.
+:class:`LevelPlan` per level, which :mod:`llmlat._engine` executes.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from llmlat.transport._base import (
+from llmlat._transport._base import (
     BadResponse,
     ConnectionFailed,
     Response,
@@ -44,7 +44,7 @@ async def _headers_sent(session: Any, ctx: SimpleNamespace, params: Any) -> None
 class AiohttpPool:
     """Requests of one kind to one URL through an ``aiohttp.ClientSession``.
 
-    Same interface as :class:`~llmlat.transport.Pool`.
+    Same interface as :class:`~llmlat._transport.Pool`.
 
     Parameters
     ----------
