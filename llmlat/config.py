@@ -45,6 +45,7 @@ from llmlat._apis import API_NAMES
 from llmlat._client import RetryPolicy, Target
 from llmlat._loadshapes import ARRIVALS, LevelPlan, plan_levels
 from llmlat._redact import redact_url
+from llmlat._transport import TRANSPORTS  # the values of SweepConfig.transport
 
 __all__ = [
     "GROUPS",
@@ -56,9 +57,6 @@ __all__ = [
     "option_specs",
     "with_options",
 ]
-
-#: Values of :attr:`SweepConfig.transport`.
-TRANSPORTS = ("http11", "aiohttp")
 
 #: Option groups, in the order help lists them, with their titles.
 GROUPS = {
