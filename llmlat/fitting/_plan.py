@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -11,6 +12,17 @@ def _min_or_none(values) -> int | None:
     """Smallest of the values that are not None (None if all are)."""
     known = [v for v in values if v is not None]
     return min(known) if known else None
+
+
+def _cell(value: object) -> object:
+    """One plan value as read by a person (see :meth:`Plan.to_frame`)."""
+    if value is None:
+        return "no bound"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "n/a"
+        return "no bound" if math.isinf(value) else f"{value:.4g}"
+    return value
 
 
 @dataclass
@@ -76,15 +88,25 @@ class Plan:
     nearest_target_s: float
     note: str = ""
 
-    def to_frame(self) -> pd.DataFrame:
+    def to_frame(self, text: bool = False) -> pd.DataFrame:
         """Return the plan as a one-column table.
+
+        Parameters
+        ----------
+        text : bool, default False
+            Format the values for reading: 4 significant digits, "no bound" for a bound that
+            is absent (``inf`` or None) and "n/a" for one that does not apply (NaN), so no
+            search bound or NaN shows as a value.
 
         Returns
         -------
         pandas.DataFrame
             Field name -> value.
         """
-        return pd.DataFrame({"value": pd.Series(self.__dict__, dtype=object)})
+        values = pd.Series(self.__dict__, dtype=object)
+        if text:
+            values = values.map(_cell)
+        return pd.DataFrame({"value": values})
 
     def describe(self) -> str:
         """Say the plan in one sentence (what the demo and the report print).
@@ -109,4 +131,4 @@ class Plan:
         )
 
     def __repr__(self) -> str:
-        return f"Plan({self.target or 'limits only'})\n{self.to_frame().to_string()}"
+        return f"Plan({self.target or 'limits only'})\n{self.to_frame(text=True).to_string()}"

@@ -15,6 +15,20 @@ from llmlat._models import Model
 from llmlat.fitting._estimate import _Estimate, _estimate, _Problem
 from llmlat.fitting._plan import Plan, _min_or_none
 
+#: A continuous parameter whose 95% interval spans more than this factor is not identified.
+_WIDEST = 100.0
+
+#: What to measure to pin down a parameter the data leave open.
+_NEXT = {
+    "mu": "measure more requests at the lightest levels",
+    "t0_s": "measure more levels below the knee",
+    "t1_s": "measure more levels below the knee",
+    "gamma": "measure more levels below the knee",
+    "join_steps": "stream the responses (TTFT) at light load to see the wait for the next "
+    "decode step (at most one step: it moves latency by one step time)",
+    "think_s": "measure with a known think time (think_time_s=...) or pass think_s=...",
+}
+
 
 @dataclass
 class FitResult:
@@ -48,8 +62,14 @@ class FitResult:
         Implied capacity (c * mu, or batching throughput at the slot cap).
     profile : pandas.Series
         Profile log-likelihood over the integer parameter.
+    unidentified : dict of str to str
+        Parameters the data do not pin down (at a search bound, a flat likelihood, or an
+        integer that no sustained queue shows), each with why and what to measure next.
+        Their value in ``params`` is only the optimiser's: :meth:`summary`, ``repr`` and the
+        report say "not identified" instead, and :meth:`conf_int` gives no interval (NaN),
+        or for the integer only the lower end the data support.
     notes : list of str
-        Caveats found while fitting.
+        Caveats found while fitting (including every ``unidentified`` message).
     data : SweepResult or pandas.DataFrame
         The data passed to :func:`fit` (a reference, not a copy), for :meth:`plot`.
     """
@@ -84,16 +104,14 @@ class FitResult:
         self.profile = pd.Series(est.profile, name="llf", dtype=np.float64)
         self.profile.index.name = m.integer
         self._lower_bound = False
-        if m.family == "batch":
+        if m.integer:
             hi = m.int_range(pr.obs)[1]
             prof = self.profile
-            if hi in prof.index and prof[hi] >= prof.max() - stats.chi2.ppf(0.95, 1) / 2:
-                self._lower_bound = True
-                low = int(prof.index[prof >= prof.max() - stats.chi2.ppf(0.95, 1) / 2].min())
-                self.notes.append(
-                    f"slot cap not identified: the data only say slots >= {low} (no saturation "
-                    f"up to {hi:g}); measure at higher load to find it"
-                )
+            cut = prof.max() - stats.chi2.ppf(0.95, 1) / 2
+            self._lower_bound = bool(hi in prof.index and prof[hi] >= cut)
+        self.unidentified: dict[str, str] = {}
+        self.unidentified = self._identification()
+        self.notes.extend(self.unidentified.values())
         self.levels = self._levels_table()
 
     # -- per-level view -------------------------------------------------------------------
@@ -130,6 +148,11 @@ class FitResult:
     def utilization(self) -> pd.Series:
         """Measured throughput of each level over the fitted capacity."""
         return self.levels["utilization"]
+
+    @property
+    def identified(self) -> pd.Series:
+        """Whether the data pin each parameter down (see ``unidentified`` for why not)."""
+        return pd.Series({n: n not in self.unidentified for n in self.params.index}, dtype=bool)
 
     @property
     def fittedvalues(self) -> pd.Series:
@@ -189,6 +212,14 @@ class FitResult:
             )
         if method == "bootstrap":
             return self._bootstrap(alpha, n_boot, seed)
+        rows = self._wald(alpha)
+        for name in self.unidentified:
+            if name != self._model.integer:  # no interval from the data: not a number
+                rows[name] = (np.nan, np.nan)
+        return pd.DataFrame(rows, index=["lower", "upper"]).T
+
+    def _wald(self, alpha: float) -> dict[str, tuple[float, float]]:
+        """Compute the asymptotic intervals of :meth:`conf_int`, before identification."""
         z = stats.norm.ppf(1 - alpha / 2)
         m = self._model
         nfree = len(m.free)
@@ -205,22 +236,73 @@ class FitResult:
             a, b = rows[m.integer]
             centres += [v[:nfree] for j, v in self._est.thetas.items() if a <= j <= b]
         low, high = np.min(centres, axis=0), np.max(centres, axis=0)
-        with np.errstate(over="ignore"):  # an unidentified parameter: (0, inf)
+        with np.errstate(over="ignore", invalid="ignore"):  # an unidentified parameter: (0, inf)
             for i, name in enumerate(m.free):
                 rows[name] = (
-                    np.exp(max(low[i] - z * se[i], lo[i])),
-                    np.exp(min(high[i] + z * se[i], hi[i])),
+                    float(np.exp(max(low[i] - z * se[i], lo[i]))),
+                    float(np.exp(min(high[i] + z * se[i], hi[i]))),
                 )
-        return pd.DataFrame(rows, index=["lower", "upper"]).T
+        return rows
 
-    def _integer_interval(self, alpha: float) -> tuple[float, float]:
+    def _integer_interval(self, alpha: float, raw: bool = False) -> tuple[float, float]:
+        """Return the integer's profile-likelihood set; unbounded above when not identified."""
         prof = self.profile
         cut = prof.max() - stats.chi2.ppf(1 - alpha, 1) / 2
         inside = prof.index[prof >= cut]
         lo, hi = float(inside.min()), float(inside.max())
-        if self._lower_bound:
+        if self._lower_bound or (not raw and self._model.integer in self.unidentified):
             hi = np.inf
         return lo, hi
+
+    def _identification(self) -> dict[str, str]:
+        """Parameters the data do not pin down: name -> why, and what to measure next.
+
+        The integer is not identified when its profile stays flat up to the search bound (no
+        saturation), or, in a closed loop, when fewer than two measured levels lie above its
+        interval: a queue then builds at one level at most, and the integer just absorbs that
+        level's latency. A continuous parameter is not identified when it sits at the edge of
+        its search range, the likelihood has no curvature in it, or its 95% interval spans a
+        factor of more than :data:`_WIDEST`.
+        """
+        m, pr = self._model, self._problem
+        out: dict[str, str] = {}
+        loads = pr.obs.levels["level"].to_numpy(dtype=np.float64)
+        top = float(loads.max())
+        what = "concurrency" if self.kind == "concurrency" else "rate"
+        if m.integer:
+            label = "slot cap" if m.family == "batch" else "server count c"
+            a, b = self._integer_interval(0.05, raw=True)
+            above = loads[loads > b]
+            more = f"measure at {what} {2 * top:g} and {4 * top:g} until throughput stops growing"
+            if self._lower_bound:
+                out[m.integer] = (
+                    f"{label} not identified: the data only say {m.integer} >= {a:g} (no "
+                    f"saturation up to {top:g}); {more}"
+                )
+            elif self.kind == "concurrency" and len(above) < 2:
+                shown = ", ".join(f"{x:g}" for x in above) or "none"
+                out[m.integer] = (
+                    f"{label} not identified: no sustained queue shows, as only {len(above)} "
+                    f"measured level ({shown}) lies above {m.integer} = {b:g} and the integer "
+                    f"just absorbs it; the data only say {m.integer} >= {a:g}; {more}"
+                )
+        nfree = len(m.free)
+        th = self._est.theta[:nfree]
+        se = np.sqrt(np.diag(self._est.cov))[:nfree]
+        lo, hi = pr._bounds(self._est.k, len(self._est.theta))
+        wald = self._wald(0.05)
+        for i, name in enumerate(m.free):
+            lower, upper = wald[name]
+            if min(th[i] - lo[i], hi[i] - th[i]) < 1e-3:
+                why = f"at the edge of its search range ({np.exp(th[i]):.3g})"
+            elif not np.isfinite(se[i]):
+                why = "the likelihood is flat in it"
+            elif not upper < _WIDEST * lower:
+                why = f"its 95% interval spans a factor of {upper / lower:.3g}"
+            else:
+                continue
+            out[name] = f"{name} not identified: {why}; {_NEXT.get(name, _NEXT['mu'])}"
+        return out
 
     def _bootstrap(self, alpha: float, n_boot: int, seed: int) -> pd.DataFrame:
         obs = self._problem.all
@@ -424,6 +506,9 @@ class FitResult:
                     f"{nearest:.3g} s at the {stat} (conservative end); the nearest feasible "
                     f"target is {stat} <= {nearest:.3g} s",
                 )
+        if feasible and self._model.integer in self.unidentified:
+            max_rate, max_n, note = self._within_measured(max_rate, max_n)
+            notes.append(note)
         limit_n = (
             _min_or_none(self._max_concurrency_for_rate(p, limit) for p in worst)
             if np.isfinite(limit)
@@ -460,6 +545,24 @@ class FitResult:
             capacity_rps=float(cap),
             nearest_target_s=float(nearest),
             note="; ".join(notes),
+        )
+
+    def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:
+        """Clip a plan's bounds to the measured loads: past them the unidentified integer rules."""
+        lv = self._problem.obs.levels
+        top = float(lv["level"].max())
+        x_top = float(np.nanmax(lv["throughput_rps"])) if self.kind == "concurrency" else top
+        if np.isfinite(x_top):
+            rate = min(rate, x_top)
+        if self.kind == "concurrency":
+            n = int(top) if n is None else min(n, int(top))
+        return (
+            rate,
+            n,
+            (
+                f"{self._model.integer} not identified: the plan stays within the measured loads "
+                f"(up to {top:g}), where the fit is checked by data"
+            ),
         )
 
     def _pessimistic(self, confidence: float = 0.95) -> list[dict]:
@@ -577,23 +680,15 @@ class FitResult:
             "Log-likelihood:": f"{self.llf:.4g}",
             "AIC:": f"{self.aic:.4g}",
             "BIC:": f"{self.bic:.4g}",
-            "Capacity (req/s):": f"{self.capacity_rps:.4g}",
+            "Capacity (req/s):": self._capacity_text(),
         }
         for k, v in self.fixed.items():
             info[f"{k} (fixed):"] = f"{v:.4g}"
-        ci = self.conf_int(alpha)
-        table = pd.DataFrame(
-            {
-                "coef": self.params,
-                "std err": self.bse,
-                f"[{alpha / 2:g}": ci["lower"],
-                f"{1 - alpha / 2:g}]": ci["upper"],
-            }
-        )
+        table = self._param_table(alpha)
         smry = Summary()
         smry.add_title(f"llmlat queueing fit: {self.model}")
         smry.add_dict(info)
-        smry.add_df(table, float_format="%.4g")
+        smry.add_df(table)
         lv = self.levels[
             [
                 "n",
@@ -613,6 +708,35 @@ class FitResult:
     def _repr_html_(self) -> str:
         return self.summary().as_html()
 
+    def _capacity_text(self) -> str:
+        if self._model.integer not in self.unidentified:
+            return f"{self.capacity_rps:.4g}"
+        seen = np.nanmax(self.levels["throughput_rps"])
+        return f"not identified (>= {seen:.4g} measured)" if np.isfinite(seen) else "not identified"
+
+    def _param_table(self, alpha: float) -> pd.DataFrame:
+        """Format the summary's parameter rows: "not identified" where the data say nothing."""
+        ci = self.conf_int(alpha)
+        rows = {}
+        for name, value in self.params.items():
+            lower, upper = ci.loc[name]
+            # the integer's interval is its profile-likelihood set, not +- z se
+            se = "profile" if name == self._model.integer else _num(self.bse[name])
+            coef = "not identified" if name in self.unidentified else _num(value)
+            rows[name] = [coef, "" if name in self.unidentified else se, _num(lower), _num(upper)]
+        cols = ["coef", "std err", f"[{alpha / 2:g}", f"{1 - alpha / 2:g}]"]
+        return pd.DataFrame.from_dict(rows, orient="index", columns=cols)
+
     def __repr__(self) -> str:
-        ps = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items())
+        ps = ", ".join(
+            f"{k}=not identified" if k in self.unidentified else f"{k}={v:.4g}"
+            for k, v in self.params.items()
+        )
         return f"<FitResult {self.model} ({self.kind}, {self.method}): {ps}; aic={self.aic:.4g}>"
+
+
+def _num(value: float) -> str:
+    """Format a table cell: 4 significant digits, "unbounded" for inf, blank for NaN."""
+    if not np.isfinite(value):
+        return "unbounded" if value == np.inf else ""
+    return f"{value:.4g}"
