@@ -33,7 +33,7 @@ the station models are in :mod:`llmlat._models` and the observations in :mod:`ll
 """
 
 from llmlat.fitting._fit import MAX_REFUSED, compare, fit
-from llmlat.fitting._plan import Plan
+from llmlat.fitting._plan import Plan, PlanCheck
 from llmlat.fitting._results import FitResult
 
-__all__ = ["MAX_REFUSED", "FitResult", "Plan", "compare", "fit"]
+__all__ = ["MAX_REFUSED", "FitResult", "Plan", "PlanCheck", "compare", "fit"]

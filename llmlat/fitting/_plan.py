@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 
@@ -12,6 +14,91 @@ def _min_or_none(values) -> int | None:
     """Smallest of the values that are not None (None if all are)."""
     known = [v for v in values if v is not None]
     return min(known) if known else None
+
+
+@dataclass
+class PlanCheck:
+    """A confirmation sweep at a plan's recommended load (``plan(..., verify=True)``).
+
+    Attributes
+    ----------
+    kind : str
+        ``"concurrency"`` or ``"rate"``: the fitted sweep's kind, repeated.
+    load : float
+        The level measured: the plan's concurrency, or its rate in requests/s.
+    requests : int
+        Requests issued at that level (the start-up transient included).
+    n_steady : int
+        Successful requests measured in steady state (the transient cut).
+    n_failed : int
+        Requests that failed (429s, errors, timeouts).
+    statistic : str
+        The target statistic, e.g. ``"p95"``.
+    target_s : float
+        The plan's target, seconds.
+    measured_s, lower_s, upper_s : float
+        The statistic measured in steady state and its 95% interval (order statistics for a
+        quantile, batch means for the mean; :mod:`llmlat.stats`).
+    steady : bool or None
+        Whether the level passed the summary's steady check (None: unknown).
+    result : SweepResult
+        The check sweep itself.
+    """
+
+    kind: str
+    load: float
+    requests: int
+    n_steady: int
+    n_failed: int
+    statistic: str
+    target_s: float
+    measured_s: float
+    lower_s: float
+    upper_s: float
+    steady: bool | None
+    result: Any = field(repr=False, default=None)
+
+    @property
+    def passed(self) -> bool:
+        """Whether the measured statistic met the target and no request failed."""
+        return bool(self.measured_s <= self.target_s) and self.n_failed == 0
+
+    def describe(self) -> str:
+        """Say what the check measured against the target, and whether the plan held.
+
+        Returns
+        -------
+        str
+        """
+        at = f"{self.load:g} in flight" if self.kind == "concurrency" else f"{self.load:.3g} req/s"
+        if not self.n_steady:
+            return (
+                f"Check at {at}: FAILED, no successful steady-state request out of "
+                f"{self.requests} ({self.n_failed} failed)."
+            )
+        interval = ", ".join(
+            f"{v:.3g}" if np.isfinite(v) else "too few requests"
+            for v in (self.lower_s, self.upper_s)
+        )
+        seen = (
+            f"measured {self.statistic} {self.measured_s:.3g} s [95% CI {interval}] over "
+            f"{self.n_steady} steady-state requests, target {self.target_s:g} s"
+        )
+        if not self.passed:
+            why = f"{self.n_failed} of {self.requests} requests failed" if self.n_failed else ""
+            if self.measured_s > self.target_s:
+                why = "; ".join(filter(None, ["the target is broken", why]))
+                if not self.lower_s > self.target_s:
+                    why += " (the interval reaches below it: measure longer to be sure)"
+            verdict = f"FAILED, {why}"
+        elif self.upper_s <= self.target_s:
+            verdict = "holds"
+        else:
+            verdict = "holds at the estimate, but the interval reaches above the target"
+        text = f"Check at {at}: {verdict}: {seen}."
+        if self.steady is False:
+            text += " The level did not reach a steady state: measure longer (requests=...)."
+        return text
 
 
 def _cell(value: object) -> object:
@@ -70,6 +157,12 @@ class Plan:
         idle station, on the conservative end): any target above it is feasible.
     note : str
         Plain-language caveats: infeasible targets, the conservative end used.
+    statistic : str
+        The target statistic (``"p95"``, ...; empty if only limits were given).
+    target_s : float
+        The target value in seconds (NaN if only limits were given).
+    check : PlanCheck or None
+        The confirmation sweep at the recommended load, with ``verify=True``.
     """
 
     target: str
@@ -87,6 +180,9 @@ class Plan:
     capacity_rps: float
     nearest_target_s: float
     note: str = ""
+    statistic: str = ""
+    target_s: float = math.nan
+    check: PlanCheck | None = None
 
     def to_frame(self, text: bool = False) -> pd.DataFrame:
         """Return the plan as a one-column table.
@@ -103,7 +199,7 @@ class Plan:
         pandas.DataFrame
             Field name -> value.
         """
-        values = pd.Series(self.__dict__, dtype=object)
+        values = pd.Series({k: v for k, v in self.__dict__.items() if k != "check"}, dtype=object)
         if text:
             values = values.map(_cell)
         return pd.DataFrame({"value": values})
@@ -119,6 +215,7 @@ class Plan:
         goal = self.target or "the limits given"
         if not self.feasible:
             return f"Plan for {goal}: {self.note}."
+        checked = f" {self.check.describe()}" if self.check is not None else ""
         n = (
             f"at most {self.concurrency} requests in flight"
             if self.concurrency is not None
@@ -127,8 +224,10 @@ class Plan:
         return (
             f"Plan for {goal}: {n}, or {self.rate_rps:.3g} requests/s open loop "
             f"({self.rate_rps / self.capacity_rps:.0%} of the fitted capacity "
-            f"{self.capacity_rps:.3g} requests/s); bound: {self.binding}; {self.note}."
+            f"{self.capacity_rps:.3g} requests/s); bound: {self.binding}; {self.note}.{checked}"
         )
 
     def __repr__(self) -> str:
-        return f"Plan({self.target or 'limits only'})\n{self.to_frame(text=True).to_string()}"
+        table = self.to_frame(text=True).to_string()
+        checked = f"\n{self.check.describe()}" if self.check is not None else ""
+        return f"Plan({self.target or 'limits only'})\n{table}{checked}"

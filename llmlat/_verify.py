@@ -1,0 +1,133 @@
+"""Check a capacity plan by measuring it: one confirmation level at the recommended load.
+
+:meth:`llmlat.fitting.FitResult.plan` with ``verify=True`` (or :meth:`FitResult.verify`) ends
+here. The check reruns the fitted sweep as its metadata recorded it (target, load shape,
+retries, timeouts; the built-in simulator with its full configuration) at one level, the
+plan's concurrency for a closed-loop sweep or its rate for an open-loop one, long enough to
+pass the steady check after the start-up transient, and compares the target statistic
+measured in steady state, with its 95% interval from :mod:`llmlat.stats`, to the target.
+This module sits above the fitting code (as the demo and the report do): the fitting code
+itself never talks HTTP.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["MIN_CHECK_REQUESTS", "verify_plan"]
+
+#: Steady-state requests a check measures at least: enough for a p95 to within a few ranks.
+MIN_CHECK_REQUESTS = 200
+
+# options recorded in meta["load"] that describe the level itself, set by the check
+_LEVEL_OPTIONS = ("concurrency", "rate", "trace", "requests", "duration_s", "warmup", "warmup_s")
+
+
+def verify_plan(fit: Any, plan: Any, payload: Any = None, **options: Any) -> Any:
+    """Measure the plan's recommended load and compare it with the plan's target.
+
+    Parameters
+    ----------
+    fit : FitResult
+        The fit the plan came from; its ``data`` must be a :class:`~llmlat.results.SweepResult`
+        whose metadata says how it was measured.
+    plan : Plan
+        A feasible plan with a latency target.
+    payload : optional
+        What to send (see :func:`llmlat.sweep`). A dataset keeps only a summary of its
+        payload, so a sweep of a real endpoint needs it again; the simulator does not.
+    **options
+        Sweep options replacing the recorded ones (e.g. ``url``, ``headers``, ``requests``,
+        ``seed``).
+
+    Returns
+    -------
+    PlanCheck
+        What was measured against the target, and whether the plan held.
+    """
+    from llmlat._engine import sweep
+
+    if not plan.feasible or not plan.statistic:
+        raise ValueError("plan: only a feasible plan with a latency target can be checked")
+    meta = getattr(fit.data, "meta", None) or {}
+    if "load" not in meta:
+        raise ValueError(
+            "data: the fit was not made from a sweep with its metadata (a per-level table or "
+            "a bare DataFrame), so there is no run to repeat; sweep the load with llmlat.sweep"
+        )
+    kind = fit.kind
+    if kind == "concurrency":
+        if plan.concurrency is None:
+            raise ValueError("plan: no concurrency bound to check (the station never gets slow)")
+        load: float = int(plan.concurrency)
+        population = float(load)
+    else:
+        load = float(plan.rate_rps)
+        # Little's law: the mean number in flight at the recommended rate
+        mean_s = fit.predict([load], kind="rate", stats=("mean",)).iloc[0, -1]
+        population = math.ceil(load * float(mean_s))
+    config = _rerun_options(meta, payload, options)
+    steady = max(MIN_CHECK_REQUESTS, 3 * int(population))
+    config.setdefault("requests", steady + int(population))  # the transient is cut first
+    config.setdefault("warmup", 0)
+    config.setdefault("progress", False)
+    result = sweep(payload, **{kind: [load]}, **config)
+    return _measure(result, plan, fit.metric, kind, load)
+
+
+def _rerun_options(meta: dict, payload: Any, options: dict) -> dict:
+    """Sweep options that repeat the recorded run, with ``options`` on top."""
+    recorded = {k: v for k, v in meta["load"].items() if k not in _LEVEL_OPTIONS}
+    # a rate sweep recorded without concurrency (and the other way round) stays one kind
+    if meta.get("simulator") is not None:
+        recorded["simulator"] = meta["simulator"]
+    else:
+        recorded["url"] = meta.get("url")
+        if payload is None and "url" not in options:
+            raise ValueError(
+                "payload: the sweep measured an endpoint, and its dataset keeps only a summary "
+                f"of what it sent ({meta.get('payload_summary')}); pass the same payload"
+            )
+        for name in ("api", "model", "api_key_env"):
+            if meta.get(name) is not None:
+                recorded[name] = meta[name]
+    if meta.get("seed") is not None:
+        recorded["seed"] = meta["seed"]
+    return {**recorded, **options}
+
+
+def _measure(result: Any, plan: Any, metric: str, kind: str, load: float) -> Any:
+    """Measure the target statistic of the check's steady-state requests."""
+    from llmlat import stats
+    from llmlat.fitting._plan import PlanCheck
+
+    req = result.requests.sort_values("t_end", kind="stable")
+    phase = stats.phases(req)
+    keep = (phase == "measure") & stats.ok_mask(req)
+    values = stats.column(req, f"{metric}_s")[keep]
+    values = values[np.isfinite(values)]
+    q = stats.QUANTILES[plan.statistic]
+    if q is None:
+        est, low, high = stats.mean_interval(values)
+    else:
+        est, low, high = stats.quantile_interval(values, q)
+    summary = result.summary()
+    steady = summary["steady"].iloc[0] if len(summary) else None
+    return PlanCheck(
+        kind=kind,
+        load=load,
+        requests=len(req),
+        n_steady=len(values),
+        n_failed=int((~stats.ok_mask(req)).sum()),
+        statistic=plan.statistic,
+        target_s=plan.target_s,
+        measured_s=est,
+        lower_s=low,
+        upper_s=high,
+        steady=None if steady is None or steady is pd.NA else bool(steady),
+        result=result,
+    )
