@@ -433,6 +433,47 @@ def _caveats(
         _note(ax, "\n".join(lines))
 
 
+# short reasons for the figures' notes (FitResult.left_out says them in full)
+_LEFT_OUT_SHORT = {"refused (429) or retried": "429s"}
+_LEFT_OUT_LABEL = "left out of the fit"
+
+
+def _left_out(fit: FitResult | None, latency: bool) -> dict[float, str]:
+    """Levels a fit did not use -> short reason; overloaded ones too for a latency figure."""
+    if fit is None:
+        return {}
+    out = {v: _LEFT_OUT_SHORT.get(why, why) for v, why in fit.left_out.items()}
+    if latency and "overloaded" in fit.levels:
+        over = fit.levels.index[fit.levels["overloaded"].to_numpy(bool)]
+        out.update({float(v): "overloaded, throughput only" for v in over})
+    return dict(sorted(out.items()))
+
+
+def _mark_left_out(
+    ax: Axes, x: np.ndarray, y: np.ndarray, levels: np.ndarray, left: dict[float, str]
+) -> None:
+    """Draw the points of levels left out of the fit hollow (one legend entry)."""
+    out = np.isin(levels, list(left)) & np.isfinite(y)
+    if not out.any():
+        return
+    labelled = any(line.get_label() == _LEFT_OUT_LABEL for line in ax.get_lines())
+    ax.plot(
+        x[out],
+        y[out],
+        "o",
+        mfc="white",
+        mec="0.25",
+        zorder=3,
+        label="_nolegend_" if labelled else _LEFT_OUT_LABEL,
+    )
+
+
+def _left_out_line(left: dict[float, str]) -> list[str]:
+    if not left:
+        return []
+    return ["left out of the fit: " + ", ".join(f"{v:g} ({why})" for v, why in left.items())]
+
+
 # ---------------------------------------------------------------- public figures
 
 
@@ -455,7 +496,8 @@ def latency(
     fit : FitResult, optional
         A model fitted to the same metric; its curve of each statistic is drawn over the
         points, in the sweep's form (closed for concurrency, open for rate). A fit predicts
-        no p90, so that statistic gets no curve.
+        no p90, so that statistic gets no curve. Levels the fit left out (429s, no steady
+        state) or fitted by their throughput only (overloaded) are drawn hollow and named.
     metric : str, default "latency_s"
         The per-request time column to summarise, e.g. ``"ttft_s"``; for a per-level table,
         the time whose ``<metric>_<stat>_s`` columns are drawn (``latency_s`` ->
@@ -499,8 +541,12 @@ def latency(
         raise ValueError(f"data: no successful request with a {metric!r} value")
     ax = _axes(ax)
     palette = sns.color_palette(n_colors=len(stats))
+    left = _left_out(fit, latency=True)
     for stat, color in zip(stats, palette, strict=True):
-        _errorbar(ax, points[points["stat"] == stat], "level", color, joined=curve is None)
+        own = points[points["stat"] == stat]
+        _errorbar(ax, own, "level", color, joined=curve is None)
+        x = own["level"].to_numpy(float)
+        _mark_left_out(ax, x, own["value"].to_numpy(float), x, left)
         if curve is not None and _fitted(curve, fit, stat):
             ax.plot(
                 curve["load"],
@@ -513,7 +559,7 @@ def latency(
     ax.set_ylim(bottom=0)
     _cap_ylim(ax, points)
     ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs load")
-    _caveats(ax, levels)
+    _caveats(ax, levels, lines=_left_out_line(left))
     ax.legend(loc="lower right", fontsize="small")
     return ax.figure
 
@@ -547,7 +593,8 @@ def utilization(
         A sweep, a requests table with the record schema, or a per-level table as
         :func:`llmlat.fit` takes it (with ``throughput_rps``).
     fit : FitResult
-        The fitted model: it gives the capacity, the metric and the curve.
+        The fitted model: it gives the capacity, the metric and the curve. Levels it left
+        out, or fitted by their throughput only, are drawn hollow and named.
     stats : sequence of str, optional
         Statistics to show, from ``"mean"``, ``"p50"``, ``"p90"``, ``"p95"``, ``"p99"``;
         by default as in :func:`latency`.
@@ -592,8 +639,17 @@ def utilization(
     points["utilization"] = points["level"].map(util)
     ax = _axes(ax)
     palette = sns.color_palette(n_colors=len(stats))
+    left = _left_out(fit, latency=True)
     for stat, color in zip(stats, palette, strict=True):
-        _errorbar(ax, points[points["stat"] == stat], "utilization", color, joined=False)
+        own = points[points["stat"] == stat]
+        _errorbar(ax, own, "utilization", color, joined=False)
+        _mark_left_out(
+            ax,
+            own["utilization"].to_numpy(float),
+            own["value"].to_numpy(float),
+            own["level"].to_numpy(float),
+            left,
+        )
         for form, curve in sorted(curves.items(), key=lambda item: item[0] != kind):
             if _fitted(curve, fit, stat):
                 open_form = form != kind
@@ -623,7 +679,7 @@ def utilization(
     ax.set_ylim(bottom=0)
     _cap_ylim(ax, points)
     ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs utilization")
-    _caveats(ax, levels)
+    _caveats(ax, levels, lines=_left_out_line(left))
     ax.legend(loc="center left", fontsize="small")
     return ax.figure
 
@@ -638,7 +694,8 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
         :func:`llmlat.fit` takes it; its ``throughput_rps`` is drawn.
     fit : FitResult, optional
         When given, its throughput curve is drawn, and its capacity (c*mu, or the batching
-        throughput at the slot cap) as a horizontal line that bounds the knee.
+        throughput at the slot cap) as a horizontal line that bounds the knee; levels it left
+        out are drawn hollow and named.
     ax : matplotlib.axes.Axes, optional
         Where to draw; a new figure when omitted.
 
@@ -673,13 +730,15 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
     ax = _axes(ax)
     palette = sns.color_palette()
     ax.plot(x, levels["throughput_rps"], "o-", color=palette[0], label="measured")
+    left = _left_out(fit, latency=False)
+    _mark_left_out(ax, x, levels["throughput_rps"].to_numpy(float), x, left)
     x_max = float(levels["throughput_rps"].max())  # NaN when no level has a span
     if fit is not None:
         x_max = float(fit.capacity_rps)
         curve = _fit_curve(fit, x, kind, ())
         ax.plot(curve["load"], curve["throughput_rps"], color=palette[1], label=f"{fit.model} fit")
         ax.axhline(x_max, color=palette[1], ls="--", lw=1, label=f"fitted capacity {x_max:.3g}/s")
-    notes: list[str] = []
+    notes = _left_out_line(left)
     slope = _bound_slope(levels, kind, _think_time(sweep.meta, fit))
     if slope is not None and np.isfinite(slope) and slope > 0 and x_max > 0:
         top = levels["throughput_rps"].iloc[-1]

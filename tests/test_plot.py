@@ -646,3 +646,33 @@ def test_level_table_missing_statistic_is_a_clear_value_error(level_table, level
         with pytest.raises(ValueError, match=match) as info:
             call()
         assert "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------- levels left out of a fit
+
+
+def _hollow(ax):
+    """Points drawn hollow (white face): the levels a fit left out."""
+    return [
+        line
+        for line in ax.get_lines()
+        if line.get_marker() == "o" and line.get_markerfacecolor() in ("white", (1, 1, 1, 1))
+    ]
+
+
+@pytest.mark.parametrize("kind", ["latency", "throughput", "utilization"])
+def test_levels_left_out_of_a_fit_are_hollow_and_named(closed, mmc_fit, kind):
+    fit = llmlat.fit(closed, model="mmc")  # the queue cap refuses at N = 32: left out
+    assert fit.left_out == {32.0: "refused (429) or retried"}
+    ax = fit.plot(kind).axes[0]
+    hollow = _hollow(ax)
+    assert hollow and all(len(line.get_xdata()) == 1 for line in hollow)
+    if kind != "utilization":  # x is the level itself
+        assert {float(line.get_xdata()[0]) for line in hollow} == {32.0}
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend.count("left out of the fit") == 1
+    assert any("left out of the fit: 32 (429s)" in t.get_text() for t in ax.texts)
+    # a fit that kept every level draws nothing hollow and names nothing
+    ax = mmc_fit.plot(kind).axes[0]
+    assert not mmc_fit.left_out and not _hollow(ax)
+    assert not any("left out" in t.get_text() for t in ax.texts)

@@ -150,6 +150,15 @@ class FitResult:
         return self.levels["utilization"]
 
     @property
+    def left_out(self) -> dict[float, str]:
+        """Levels of the data the fit did not use -> why (429s, no steady state, ...).
+
+        Overloaded open-loop levels are not here: they are fitted by their throughput (see
+        ``levels["overloaded"]``).
+        """
+        return dict(sorted(self._problem.all.dropped.items()))
+
+    @property
     def identified(self) -> pd.Series:
         """Whether the data pin each parameter down (see ``unidentified`` for why not)."""
         return pd.Series({n: n not in self.unidentified for n in self.params.index}, dtype=bool)
