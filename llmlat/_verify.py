@@ -1,13 +1,12 @@
 """Check a capacity plan by measuring it: one confirmation level at the recommended load.
 
-:meth:`llmlat.fitting.FitResult.plan` with ``verify=True`` (or :meth:`FitResult.verify`) ends
-here. The check reruns the fitted sweep as its metadata recorded it (target, load shape,
-retries, timeouts; the built-in simulator with its full configuration) at one level, the
-plan's concurrency for a closed-loop sweep or its rate for an open-loop one, long enough to
-pass the steady check after the start-up transient, and compares the target statistic
-measured in steady state, with its 95% interval from :mod:`llmlat.stats`, to the target.
-This module sits above the fitting code (as the demo and the report do): the fitting code
-itself never talks HTTP.
+``llmlat.verify_plan(fit, plan)`` reruns the fitted sweep as its metadata recorded it (target,
+load shape, retries, timeouts; the built-in simulator with its full configuration) at one level,
+the plan's concurrency for a closed-loop sweep or its rate for an open-loop one, long enough to
+pass the steady check after the start-up transient, and compares the target statistic measured
+in steady state, with its 95% interval from :mod:`llmlat.stats`, to the target.
+It sits above the fitting code (as the demo and the report do), which never talks HTTP: the
+plan stays plain data, with the check attached to it as ``plan.check``.
 """
 
 from __future__ import annotations
@@ -28,7 +27,13 @@ _LEVEL_OPTIONS = ("concurrency", "rate", "trace", "requests", "duration_s", "war
 
 
 def verify_plan(fit: Any, plan: Any, payload: Any = None, **options: Any) -> Any:
-    """Measure the plan's recommended load and compare it with the plan's target.
+    """Measure a plan's recommended load and compare it with the plan's target.
+
+    The confirmation sweep repeats the fitted one as its metadata recorded it (the endpoint or
+    the built-in simulator with its configuration, load shape, retries, timeouts, seed) at one
+    level: the plan's concurrency (closed loop) or rate (open loop), with ``max(200, 3 N)``
+    steady-state requests after a start-up transient of ``N`` (the level's mean number in
+    flight), so the level passes the steady check. On the simulator it costs a few seconds.
 
     Parameters
     ----------
@@ -47,7 +52,9 @@ def verify_plan(fit: Any, plan: Any, payload: Any = None, **options: Any) -> Any
     Returns
     -------
     PlanCheck
-        What was measured against the target, and whether the plan held.
+        The measured statistic with its 95% interval, the target, and whether it held
+        (``passed``; ``describe()`` in words). Also stored as ``plan.check``, so the plan's
+        ``describe()`` and repr report it.
     """
     from llmlat._engine import sweep
 
@@ -76,7 +83,8 @@ def verify_plan(fit: Any, plan: Any, payload: Any = None, **options: Any) -> Any
     config.setdefault("warmup", 0)
     config.setdefault("progress", False)
     result = sweep(payload, **{kind: [load]}, **config)
-    return _measure(result, plan, fit.metric, kind, load)
+    plan.check = _measure(result, plan, fit.metric, kind, load)
+    return plan.check
 
 
 def _rerun_options(meta: dict, payload: Any, options: dict) -> dict:

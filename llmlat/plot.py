@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llmlat.fitting import FitResult
     from llmlat.results import SweepResult
 
-    Data = SweepResult | pd.DataFrame
+    Data: TypeAlias = SweepResult | pd.DataFrame
 
 __all__ = ["ecdf", "errors", "latency", "overview", "throughput", "utilization"]
 
@@ -264,7 +264,9 @@ def _stats_of(sweep: _Sweep, metric: str, stats: Sequence[str] | None) -> tuple[
     for want in _DEFAULT_STATS:
         quantiles = [s for s in have if _STATS[s] is not None and s not in chosen]
         if quantiles:
-            chosen.append(min(quantiles, key=lambda s: abs(_STATS[s] - _STATS[want])))
+            target = _STATS[want]
+            assert target is not None  # the defaults are quantiles
+            chosen.append(min(quantiles, key=lambda s: abs(float(_STATS[s] or 0.0) - target)))
     return tuple(chosen or have[:1])
 
 
@@ -335,6 +337,12 @@ def _axes(ax: Axes | None, figsize: tuple[float, float] = _FIGSIZE) -> Axes:
     with sns.axes_style(_STYLE):
         fig = _ShownFigure(figsize=figsize, layout="constrained")
         return fig.add_subplot()
+
+
+def _figure_of(ax: Axes) -> Figure:
+    """Return the figure an Axes draws on (the root one for an Axes of a subfigure)."""
+    fig = ax.figure
+    return fig if isinstance(fig, Figure) else fig.figure
 
 
 def _wide(values: np.ndarray | pd.Series) -> bool:
@@ -547,7 +555,7 @@ def latency(
         _errorbar(ax, own, "level", color, joined=curve is None)
         x = own["level"].to_numpy(float)
         _mark_left_out(ax, x, own["value"].to_numpy(float), x, left)
-        if curve is not None and _fitted(curve, fit, stat):
+        if fit is not None and curve is not None and _fitted(curve, fit, stat):
             ax.plot(
                 curve["load"],
                 curve[_fit_column(fit, stat)],
@@ -561,7 +569,7 @@ def latency(
     ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs load")
     _caveats(ax, levels, lines=_left_out_line(left))
     ax.legend(loc="lower right", fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def _errorbar(ax: Axes, points: pd.DataFrame, x: str, color: Any, *, joined: bool) -> None:
@@ -681,7 +689,7 @@ def utilization(
     ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs utilization")
     _caveats(ax, levels, lines=_left_out_line(left))
     ax.legend(loc="center left", fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None) -> Figure:
@@ -758,7 +766,7 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
     ax.set_ylim(bottom=0)
     ax.set_title("Throughput vs load")
     ax.legend(loc="lower right", fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def _think_time(meta: dict, fit: FitResult | None) -> float:
@@ -831,7 +839,7 @@ def ecdf(data: Data, metric: str = "latency_s", ax: Axes | None = None) -> Figur
     ax.set_title(f"Distribution of {_METRIC_LABELS.get(metric, metric)} per level")
     # a CDF is low where x is small, so the upper left corner stays clear
     sns.move_legend(ax, "upper left", title=_level_label(kind), fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def errors(data: Data, ax: Axes | None = None) -> Figure:
@@ -880,7 +888,7 @@ def errors(data: Data, ax: Axes | None = None) -> Figure:
     ax.set_ylabel("share")
     ax.set_title("Errors vs load")
     ax.legend(loc="upper right" if sweep.per_level else "upper left", fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def _without_rows(ax: Axes, text: str) -> Figure:
@@ -888,7 +896,7 @@ def _without_rows(ax: Axes, text: str) -> Figure:
     ax.set_axis_off()
     ax.set_title("Distribution per level")
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.35")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def overview(data: Data, fit: FitResult | None = None) -> Figure:

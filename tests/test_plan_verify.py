@@ -1,4 +1,4 @@
-"""plan(..., verify=True): a confirmation sweep at the recommended load, on the simulator."""
+"""llmlat.verify_plan: a confirmation sweep at a plan's recommended load, on the simulator."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ def closed_fit():
 
 
 def test_verify_repeats_the_sweep_at_the_plan_and_measures_the_target(closed_fit):
-    plan = closed_fit.plan(p95=0.15, verify=True)
-    check = plan.check
-    assert isinstance(check, PlanCheck)
+    plan = closed_fit.plan(p95=0.15)
+    assert plan.check is None
+    check = llmlat.verify_plan(closed_fit, plan)
+    assert isinstance(check, PlanCheck) and plan.check is check
     assert check.kind == "concurrency" and check.load == plan.concurrency
     meta = check.result.meta
     # the same simulator, seed and request options as the fitted sweep, at one level
@@ -42,9 +43,8 @@ def test_verify_repeats_the_sweep_at_the_plan_and_measures_the_target(closed_fit
 
 def test_verify_says_when_the_plan_breaks_its_target(closed_fit):
     plan = closed_fit.plan(p95=0.15)
-    assert plan.check is None
     # the same plan measured on a server three times slower: the target must break
-    check = closed_fit.verify(plan, simulator=SIM.replace(mu=12.0), requests=60)
+    check = llmlat.verify_plan(closed_fit, plan, simulator=SIM.replace(mu=12.0), requests=60)
     assert not check.passed and check.measured_s > check.target_s
     assert check.describe().startswith(f"Check at {plan.concurrency:g} in flight: FAILED")
     assert "the target is broken" in check.describe()
@@ -56,7 +56,7 @@ def test_verify_needs_the_sweep_it_repeats():
     plan = fit.plan(p95=5.0)
     assert plan.feasible
     with pytest.raises(ValueError, match=r"^data: the fit was not made from a sweep"):
-        fit.verify(plan)
+        llmlat.verify_plan(fit, plan)
     with pytest.raises(ValueError, match=r"^plan: only a feasible plan"):
-        fit.verify(fit.plan(rpm=60))
+        llmlat.verify_plan(fit, fit.plan(rpm=60))
     assert np.isnan(fit.plan(rpm=60).target_s)

@@ -13,7 +13,7 @@ from statsmodels.iolib.summary2 import Summary
 from llmlat._aggregate import QUANTILES, resample
 from llmlat._models import Model
 from llmlat.fitting._estimate import _Estimate, _estimate, _Problem
-from llmlat.fitting._plan import Plan, PlanCheck, _min_or_none
+from llmlat.fitting._plan import Plan, _min_or_none
 
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
 _WIDEST = 100.0
@@ -436,7 +436,6 @@ class FitResult:
         tpm: float | None = None,
         tokens_per_request: float | None = None,
         max_utilization: float | None = None,
-        verify: bool = False,
     ) -> Plan:
         """Find the largest load that keeps a latency statistic under a target.
 
@@ -456,16 +455,13 @@ class FitResult:
             Tokens one request counts against ``tpm`` (default: mean prompt + completion).
         max_utilization : float, optional
             Keep the rate under this share of capacity, e.g. 0.7 ("lambda under 70% of c mu").
-        verify : bool, default False
-            Measure the recommended load before answering: a confirmation sweep repeating the
-            fitted one (see :meth:`verify`), its result in ``Plan.check``. Costs a sweep of at
-            least 200 requests; free on the built-in simulator.
 
         Returns
         -------
         Plan
             The bounds, the utilization there, which bound binds, and whether the target can
-            be met at all.
+            be met at all. :func:`llmlat.verify_plan` measures it (a confirmation sweep at the
+            recommended load).
         """
         asked = {"p50": p50, "p95": p95, "p99": p99, "mean": mean}
         targets = {k: float(v) for k, v in asked.items() if v is not None}
@@ -544,7 +540,7 @@ class FitResult:
         if limit_n is None and np.isfinite(limit):
             notes.append("no concurrency reaches the rate limit: it does not bind a closed loop")
         x_at_n = self._throughput_at(self._est.p, max_n) if max_n is not None else np.nan
-        plan = Plan(
+        return Plan(
             target=target,
             feasible=feasible,
             max_rate_rps=float(max_rate),
@@ -563,37 +559,6 @@ class FitResult:
             statistic=stat,
             target_s=value,
         )
-        if verify and feasible and targets:
-            plan.check = self.verify(plan)
-        return plan
-
-    def verify(self, plan: Plan, payload: object = None, **options: object) -> PlanCheck:
-        """Measure a plan's recommended load and compare it with the plan's target.
-
-        The confirmation sweep repeats the fitted one as its metadata recorded it (the
-        endpoint or the built-in simulator with its configuration, load shape, retries,
-        timeouts, seed) at one level: the plan's concurrency (closed loop) or rate (open
-        loop), with ``max(200, 3 N)`` steady-state requests after a start-up transient of
-        ``N`` (``N`` the level's mean number in flight), so the level passes the steady check.
-
-        Parameters
-        ----------
-        plan : Plan
-            A feasible plan of this fit, with a latency target.
-        payload : optional
-            What to send; needed again for an endpoint (a dataset keeps only its summary).
-        **options
-            Sweep options replacing the recorded ones (``url``, ``requests``, ``seed``, ...).
-
-        Returns
-        -------
-        PlanCheck
-            The measured statistic with its 95% interval, the target, and whether it held
-            (``passed``, and ``describe()`` in words).
-        """
-        from llmlat._verify import verify_plan
-
-        return verify_plan(self, plan, payload, **options)
 
     def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:
         """Clip a plan's bounds to the measured loads: past them the unidentified integer rules."""
