@@ -9,7 +9,7 @@ import pytest
 
 from llmlat import datasets
 from llmlat._synth import mmc_closed_requests
-from llmlat.fitting import fit
+from llmlat.fitting import compare, fit
 
 # a number printed as an answer where there is none
 _NOT_A_NUMBER = re.compile(r"\b(nan|NaN|None)\b")
@@ -31,7 +31,7 @@ def test_a_cap_no_queue_shows_and_a_bounded_parameter_are_not_identified(no_queu
     assert res.model == "batch"
     assert not res.identified["slots"] and not res.identified["join_steps"]
     assert res.identified[["t0_s", "t1_s"]].all()
-    assert "measure at concurrency 1024" in res.unidentified["slots"]
+    assert "measure at more levels above" in res.unidentified["slots"]
     ci = res.conf_int()
     # the integer keeps the lower end the data support; a continuous one has no interval
     assert ci.loc["slots", "lower"] <= res.params["slots"] and np.isinf(ci.loc["slots", "upper"])
@@ -77,3 +77,12 @@ def test_plan_text_shows_no_search_bound_or_nan(identified):
     assert plan.to_frame().loc["limit_rate_rps", "value"] == np.inf  # the data stay numbers
     nope = identified.plan(p95=1e-4)
     assert not nope.feasible and "n/a" in repr(nope)
+
+
+def test_compare_names_what_each_model_cannot_identify():
+    # no think time in the data: the closed model's think_s runs to its search bound, and
+    # its interval to 0 (a zero lower end once made the check divide by zero)
+    table = mmc_closed_requests([1, 2, 4, 8, 16], mu=2.0, c=4, n=600, seed=5)
+    ranking = compare(table)
+    assert "think_s=not identified" in ranking.loc["closed", "params"]
+    assert "not identified" not in ranking.loc["mmc", "params"]

@@ -326,7 +326,7 @@ def _compare(obs: Observed, models, stat: str, opts: dict) -> tuple[pd.DataFrame
                 bic=r.bic,
                 capacity_rps=r.capacity_rps,
                 max_abs_resid_rel=float(np.nanmax(np.abs(r.levels["resid_rel"]))),
-                params=", ".join(f"{k}={v:.4g}" for k, v in r.params.items()),
+                params=r._params_text(),
             )
         rows.append(row)
     cols = ["model", "method", "k", "nobs", "llf", "aic", "bic", "capacity_rps"]

@@ -282,18 +282,19 @@ class FitResult:
             label = "slot cap" if m.family == "batch" else "server count c"
             a, b = self._integer_interval(0.05, raw=True)
             above = loads[loads > b]
-            more = f"measure at {what} {2 * top:g} and {4 * top:g} until throughput stops growing"
             if self._lower_bound:
                 out[m.integer] = (
                     f"{label} not identified: the data only say {m.integer} >= {a:g} (no "
-                    f"saturation up to {top:g}); {more}"
+                    f"saturation up to {top:g}); measure at {what} {2 * top:g} and {4 * top:g} "
+                    "until throughput stops growing"
                 )
             elif self.kind == "concurrency" and len(above) < 2:
                 shown = ", ".join(f"{x:g}" for x in above) or "none"
                 out[m.integer] = (
                     f"{label} not identified: no sustained queue shows, as only {len(above)} "
                     f"measured level ({shown}) lies above {m.integer} = {b:g} and the integer "
-                    f"just absorbs it; the data only say {m.integer} >= {a:g}; {more}"
+                    f"just absorbs it; the data only say {m.integer} >= {a:g}; measure at "
+                    f"more levels above {b:g} (e.g. {np.ceil(1.5 * b):g} and {2 * top:g})"
                 )
         nfree = len(m.free)
         th = self._est.theta[:nfree]
@@ -307,7 +308,12 @@ class FitResult:
             elif not np.isfinite(se[i]):
                 why = "the likelihood is flat in it"
             elif not upper < _WIDEST * lower:
-                why = f"its 95% interval spans a factor of {upper / lower:.3g}"
+                bounded = lower > 0 and np.isfinite(upper)
+                why = (
+                    f"its 95% interval spans a factor of {upper / lower:.3g}"
+                    if bounded
+                    else "its 95% interval is unbounded"
+                )
             else:
                 continue
             out[name] = f"{name} not identified: {why}; {_NEXT.get(name, _NEXT['mu'])}"
@@ -740,11 +746,15 @@ class FitResult:
         cols = ["coef", "std err", f"[{alpha / 2:g}", f"{1 - alpha / 2:g}]"]
         return pd.DataFrame.from_dict(rows, orient="index", columns=cols)
 
-    def __repr__(self) -> str:
-        ps = ", ".join(
+    def _params_text(self) -> str:
+        """Return the parameters in one line, "not identified" where the data say nothing."""
+        return ", ".join(
             f"{k}=not identified" if k in self.unidentified else f"{k}={v:.4g}"
             for k, v in self.params.items()
         )
+
+    def __repr__(self) -> str:
+        ps = self._params_text()
         return f"<FitResult {self.model} ({self.kind}, {self.method}): {ps}; aic={self.aic:.4g}>"
 
 
