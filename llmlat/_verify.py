@@ -26,14 +26,19 @@ MIN_CHECK_REQUESTS = 200
 _LEVEL_OPTIONS = ("concurrency", "rate", "trace", "requests", "duration_s", "warmup", "warmup_s")
 
 
-def verify_plan(fit: Any, plan: Any, payload: Any = None, **options: Any) -> Any:
+def verify_plan(
+    fit: Any, plan: Any, payload: Any = None, *, kind: str | None = None, **options: Any
+) -> Any:
     """Measure a plan's recommended load and compare it with the plan's target.
 
     The confirmation sweep repeats the fitted one as its metadata recorded it (the endpoint or
     the built-in simulator with its configuration, load shape, retries, timeouts, seed) at one
-    level: the plan's concurrency (closed loop) or rate (open loop), with ``max(200, 3 N)``
-    steady-state requests after a start-up transient of ``N`` (the level's mean number in
-    flight), so the level passes the steady check. On the simulator it costs a few seconds.
+    level: the plan's concurrency (closed loop) or rate (open loop), after a start-up transient
+    of ``N`` requests (the level's mean number in flight), with at least ``max(200, 3 N)``
+    requests in steady state, so the level passes the steady check; an open-loop check also
+    lasts ten relaxation times of the queue at its utilization (``1 / (X_max (1 - sqrt(rho))^2)``,
+    Morse's M/M/1 figure), since near capacity a short check under-states the steady p95. On
+    the simulator it costs seconds.
 
     Parameters
     ----------
@@ -45,6 +50,9 @@ def verify_plan(fit: Any, plan: Any, payload: Any = None, **options: Any) -> Any
     payload : optional
         What to send (see :func:`llmlat.sweep`). A dataset keeps only a summary of its
         payload, so a sweep of a real endpoint needs it again; the simulator does not.
+    kind : {"concurrency", "rate"}, optional
+        Check the plan's concurrency in a closed loop or its rate as Poisson arrivals; by
+        default the fitted sweep's own kind.
     **options
         Sweep options replacing the recorded ones (e.g. ``url``, ``headers``, ``requests``,
         ``seed``).
@@ -66,19 +74,24 @@ def verify_plan(fit: Any, plan: Any, payload: Any = None, **options: Any) -> Any
             "data: the fit was not made from a sweep with its metadata (a per-level table or "
             "a bare DataFrame), so there is no run to repeat; sweep the load with llmlat.sweep"
         )
-    kind = fit.kind
+    kind = kind or fit.kind
     if kind == "concurrency":
         if plan.concurrency is None:
             raise ValueError("plan: no concurrency bound to check (the station never gets slow)")
         load: float = int(plan.concurrency)
         population = float(load)
-    else:
+        relax = 0.0
+    elif kind == "rate":
         load = float(plan.rate_rps)
         # Little's law: the mean number in flight at the recommended rate
         mean_s = fit.predict([load], kind="rate", stats=("mean",)).iloc[0, -1]
         population = math.ceil(load * float(mean_s))
+        rho = min(load / fit.capacity_rps, 0.99)
+        relax = 10.0 * load / (fit.capacity_rps * (1.0 - math.sqrt(rho)) ** 2)
+    else:
+        raise ValueError(f"kind: expected 'concurrency' or 'rate', got {kind!r}")
     config = _rerun_options(meta, payload, options)
-    steady = max(MIN_CHECK_REQUESTS, 3 * int(population))
+    steady = max(MIN_CHECK_REQUESTS, 3 * int(population), math.ceil(relax))
     config.setdefault("requests", steady + int(population))  # the transient is cut first
     config.setdefault("warmup", 0)
     config.setdefault("progress", False)

@@ -60,3 +60,17 @@ def test_verify_needs_the_sweep_it_repeats():
     with pytest.raises(ValueError, match=r"^plan: only a feasible plan"):
         llmlat.verify_plan(fit, fit.plan(rpm=60))
     assert np.isnan(fit.plan(rpm=60).target_s)
+
+
+def test_verify_checks_the_open_loop_rate_of_a_closed_loop_fit(closed_fit):
+    plan = closed_fit.plan(p95=0.15)
+    check = llmlat.verify_plan(closed_fit, plan, kind="rate")
+    meta = check.result.meta
+    assert check.kind == "rate" and meta["level_kind"] == "rate"
+    assert meta["levels"] == [pytest.approx(plan.rate_rps)]
+    # near capacity a queue takes long to settle: the check covers ten relaxation times
+    rho = plan.rate_rps / closed_fit.capacity_rps
+    assert check.requests >= 10 * rho / (1 - np.sqrt(rho)) ** 2
+    assert f"{plan.rate_rps:.3g} req/s" in check.describe()
+    with pytest.raises(ValueError, match=r"^kind: expected"):
+        llmlat.verify_plan(closed_fit, plan, kind="trace")
