@@ -22,8 +22,12 @@ __all__ = ["MIN_CHECK_REQUESTS", "verify_plan"]
 #: Steady-state requests a check measures at least: enough for a p95 to within a few ranks.
 MIN_CHECK_REQUESTS = 200
 
-# options recorded in meta["load"] that describe the level itself, set by the check
-_LEVEL_OPTIONS = ("concurrency", "rate", "trace", "requests", "duration_s", "warmup", "warmup_s")
+# options recorded in meta["load"] that the check sets itself: the level, where to save (never
+# over the fitted sweep's file), the run's identity; headers are recorded by name only
+_NOT_REPEATED = (
+    *("concurrency", "rate", "trace", "requests", "duration_s", "warmup", "warmup_s"),
+    *("save", "overwrite", "run_id", "progress", "headers"),
+)
 
 
 def verify_plan(
@@ -102,20 +106,23 @@ def verify_plan(
 
 def _rerun_options(meta: dict, payload: Any, options: dict) -> dict:
     """Sweep options that repeat the recorded run, with ``options`` on top."""
-    recorded = {k: v for k, v in meta["load"].items() if k not in _LEVEL_OPTIONS}
-    # a rate sweep recorded without concurrency (and the other way round) stays one kind
-    if meta.get("simulator") is not None:
-        recorded["simulator"] = meta["simulator"]
+    recorded = {k: v for k, v in meta["load"].items() if k not in _NOT_REPEATED}
+    if meta.get("simulator") is not None:  # the built-in simulator, or one recorded with it
+        recorded.update(url=None, simulator=meta["simulator"])
     else:
-        recorded["url"] = meta.get("url")
-        if payload is None and "url" not in options:
+        if payload is None:
             raise ValueError(
                 "payload: the sweep measured an endpoint, and its dataset keeps only a summary "
                 f"of what it sent ({meta.get('payload_summary')}); pass the same payload"
             )
-        for name in ("api", "model", "api_key_env"):
-            if meta.get(name) is not None:
+        for name in ("url", "api", "model", "api_key_env"):  # older datasets: top level only
+            if recorded.get(name) is None and meta.get(name) is not None:
                 recorded[name] = meta[name]
+    if meta["load"].get("headers") and "headers" not in options:
+        raise ValueError(
+            f"headers: the dataset keeps only their names ({meta['load']['headers']}); pass "
+            "headers={...} again"
+        )
     if meta.get("seed") is not None:
         recorded["seed"] = meta["seed"]
     return {**recorded, **options}

@@ -16,14 +16,27 @@ SIM = SimConfig(mode="mmc", slots=2, mu=40.0, output_tokens=4, seed=1)
 
 
 @pytest.fixture(scope="module")
-def closed_fit():
+def saved(tmp_path_factory):
+    return tmp_path_factory.mktemp("verify") / "sweep.parquet"
+
+
+@pytest.fixture(scope="module")
+def closed_fit(saved):
     res = llmlat.sweep(
-        "hi", simulator=SIM, concurrency=[1, 2, 4, 8], requests=80, warmup=4, progress=False, seed=1
+        "hi",
+        simulator=SIM,
+        concurrency=[1, 2, 4, 8],
+        requests=80,
+        warmup=4,
+        progress=False,
+        seed=1,
+        save=saved,
     )
     return llmlat.fit(res, model="mmc")
 
 
-def test_verify_repeats_the_sweep_at_the_plan_and_measures_the_target(closed_fit):
+def test_verify_repeats_the_sweep_at_the_plan_and_measures_the_target(closed_fit, saved):
+    before = saved.read_bytes()
     plan = closed_fit.plan(p95=0.15)
     assert plan.check is None
     check = llmlat.verify_plan(closed_fit, plan)
@@ -39,6 +52,9 @@ def test_verify_repeats_the_sweep_at_the_plan_and_measures_the_target(closed_fit
     assert check.lower_s <= check.measured_s <= check.upper_s
     assert check.passed == (check.measured_s <= check.target_s and check.n_failed == 0)
     assert f"{check.measured_s:.3g}" in plan.describe() and "Check at" in repr(plan)
+    # the check is a run of its own: it never writes over the fitted sweep's file
+    assert meta["load"]["save"] is None and saved.read_bytes() == before
+    assert meta["run_id"] != closed_fit.data.meta["run_id"]
 
 
 def test_verify_says_when_the_plan_breaks_its_target(closed_fit):
