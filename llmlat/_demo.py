@@ -20,8 +20,8 @@ _QUICK_LEVELS = (1, 5, 10, 20, 50)
 
 
 def _requests_per_level(level: int, quick: bool) -> int:
-    # the first N completions are the start-up transient; the summary's steady check wants
-    # max(20, 2N) requests after it (llmlat._summary), so a full demo level passes it
+    # the summary's steady check wants n >= max(20, 3N) measured requests (llmlat._summary),
+    # the first N of them the start-up transient: a full demo level passes it
     if quick:
         return max(12, level)
     return max(20, 2 * level) + (level if level > 1 else 0)

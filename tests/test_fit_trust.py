@@ -31,7 +31,7 @@ def test_a_cap_no_queue_shows_and_a_bounded_parameter_are_not_identified(no_queu
     assert res.model == "batch"
     assert not res.identified["slots"] and not res.identified["join_steps"]
     assert res.identified[["t0_s", "t1_s"]].all()
-    assert "measure at more levels above" in res.unidentified["slots"]
+    assert "measure at more levels between 424 and 1024" in res.unidentified["slots"]
     ci = res.conf_int()
     # the integer keeps the lower end the data support; a continuous one has no interval
     assert ci.loc["slots", "lower"] <= res.params["slots"] and np.isinf(ci.loc["slots", "upper"])
@@ -68,6 +68,10 @@ def test_plan_stays_within_the_measured_loads_when_the_cap_is_not_identified(no_
     assert plan.feasible and plan.concurrency is not None and plan.concurrency <= top
     assert "slots not identified" in plan.note
     assert plan.rate_rps <= np.nanmax(no_queue.levels["throughput_rps"])
+    # the capacity rests on the unidentified cap: no share of it is stated as an answer
+    assert not plan.capacity_identified and "the capacity is not identified" in plan.describe()
+    table = plan.to_frame(text=True)["value"]
+    assert table["capacity_rps"] == "not identified" == table["utilization_at_max_rate"]
 
 
 def test_plan_text_shows_no_search_bound_or_nan(identified):

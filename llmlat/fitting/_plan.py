@@ -101,6 +101,10 @@ class PlanCheck:
         return text
 
 
+# what the text views of a plan withhold when the fit does not identify the capacity
+_CAPACITY_FIELDS = ("capacity_rps", "utilization_at_max_rate", "utilization_at_max_concurrency")
+
+
 def _cell(value: object) -> object:
     """One plan value as read by a person (see :meth:`Plan.to_frame`)."""
     if value is None:
@@ -161,8 +165,12 @@ class Plan:
         The target statistic (``"p95"``, ...; empty if only limits were given).
     target_s : float
         The target value in seconds (NaN if only limits were given).
+    capacity_identified : bool
+        False when the fit does not identify its integer (servers or slot cap): then
+        ``capacity_rps`` and the utilizations are the optimiser's, not answers, and the text
+        views say "not identified".
     check : PlanCheck or None
-        The confirmation sweep at the recommended load, with ``verify=True``.
+        The confirmation sweep at the recommended load (:func:`llmlat.verify_plan`).
     """
 
     target: str
@@ -182,6 +190,7 @@ class Plan:
     note: str = ""
     statistic: str = ""
     target_s: float = math.nan
+    capacity_identified: bool = True
     check: PlanCheck | None = None
 
     def to_frame(self, text: bool = False) -> pd.DataFrame:
@@ -202,6 +211,9 @@ class Plan:
         values = pd.Series({k: v for k, v in self.__dict__.items() if k != "check"}, dtype=object)
         if text:
             values = values.map(_cell)
+            if not self.capacity_identified:
+                for name in _CAPACITY_FIELDS:
+                    values[name] = "not identified"
         return pd.DataFrame({"value": values})
 
     def describe(self) -> str:
@@ -221,10 +233,15 @@ class Plan:
             if self.concurrency is not None
             else "no concurrency bound (the station never gets that slow)"
         )
+        share = (
+            f"{self.rate_rps / self.capacity_rps:.0%} of the fitted capacity "
+            f"{self.capacity_rps:.3g} requests/s"
+            if self.capacity_identified
+            else "the capacity is not identified"
+        )
         return (
-            f"Plan for {goal}: {n}, or {self.rate_rps:.3g} requests/s open loop "
-            f"({self.rate_rps / self.capacity_rps:.0%} of the fitted capacity "
-            f"{self.capacity_rps:.3g} requests/s); bound: {self.binding}; {self.note}.{checked}"
+            f"Plan for {goal}: {n}, or {self.rate_rps:.3g} requests/s open loop ({share}); "
+            f"bound: {self.binding}; {self.note}.{checked}"
         )
 
     def __repr__(self) -> str:

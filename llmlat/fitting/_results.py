@@ -290,11 +290,15 @@ class FitResult:
                 )
             elif self.kind == "concurrency" and len(above) < 2:
                 shown = ", ".join(f"{x:g}" for x in above) or "none"
+                # levels left out above (429s) bound where more levels can be measured
+                ceiling = min((v for v in pr.all.dropped if v > top), default=2 * top)
+                more = np.unique(np.round(np.geomspace(b, ceiling, 4)[1:3]))
                 out[m.integer] = (
                     f"{label} not identified: no sustained queue shows, as only {len(above)} "
                     f"measured level ({shown}) lies above {m.integer} = {b:g} and the integer "
                     f"just absorbs it; the data only say {m.integer} >= {a:g}; measure at "
-                    f"more levels above {b:g} (e.g. {np.ceil(1.5 * b):g} and {2 * top:g})"
+                    f"more levels between {b:g} and {ceiling:g} (e.g. "
+                    f"{' and '.join(f'{v:g}' for v in more)})"
                 )
         nfree = len(m.free)
         th = self._est.theta[:nfree]
@@ -564,6 +568,7 @@ class FitResult:
             note="; ".join(notes),
             statistic=stat,
             target_s=value,
+            capacity_identified=self._model.integer not in self.unidentified,
         )
 
     def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:
