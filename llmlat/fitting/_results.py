@@ -292,7 +292,8 @@ class FitResult:
                 shown = ", ".join(f"{x:g}" for x in above) or "none"
                 # levels left out above (429s) bound where more levels can be measured
                 ceiling = min((v for v in pr.all.dropped if v > top), default=2 * top)
-                more = np.unique(np.round(np.geomspace(b, ceiling, 4)[1:3]))
+                grid = np.unique(np.round(np.geomspace(b, ceiling, 5)[1:4]))
+                more = [v for v in grid if v not in loads][:2] or list(grid[:2])
                 out[m.integer] = (
                     f"{label} not identified: no sustained queue shows, as only {len(above)} "
                     f"measured level ({shown}) lies above {m.integer} = {b:g} and the integer "
