@@ -682,7 +682,7 @@ def utilization(
         )
     ax.set_xlim(0, max(1.02, 1.05 * np.nanmax(points["utilization"])))
     ax.xaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_xlabel(f"utilization (throughput / capacity {fit.capacity_rps:.3g} req/s)")
+    ax.set_xlabel(f"utilization (throughput / {_capacity_label(fit)})")
     ax.set_ylabel(_metric_label(metric))
     ax.set_ylim(bottom=0)
     _cap_ylim(ax, points)
@@ -745,7 +745,7 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
         x_max = float(fit.capacity_rps)
         curve = _fit_curve(fit, x, kind, ())
         ax.plot(curve["load"], curve["throughput_rps"], color=palette[1], label=f"{fit.model} fit")
-        ax.axhline(x_max, color=palette[1], ls="--", lw=1, label=f"fitted capacity {x_max:.3g}/s")
+        ax.axhline(x_max, color=palette[1], ls="--", lw=1, label=_capacity_label(fit))
     notes = _left_out_line(left)
     slope = _bound_slope(levels, kind, _think_time(sweep.meta, fit))
     if slope is not None and np.isfinite(slope) and slope > 0 and x_max > 0:
@@ -767,6 +767,12 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
     ax.set_title("Throughput vs load")
     ax.legend(loc="lower right", fontsize="small")
     return _figure_of(ax)
+
+
+def _capacity_label(fit: FitResult) -> str:
+    """Name the fitted capacity, saying so when the fit does not identify it."""
+    shown = f"capacity {fit.capacity_rps:.3g} req/s"
+    return f"fitted {shown}" if fit.capacity_identified else f"{shown}, not identified"
 
 
 def _think_time(meta: dict, fit: FitResult | None) -> float:

@@ -159,6 +159,11 @@ class FitResult:
         return dict(sorted(self._problem.all.dropped.items()))
 
     @property
+    def capacity_identified(self) -> bool:
+        """Whether the data identify the capacity (its integer: servers or slot cap)."""
+        return self._model.integer not in self.unidentified
+
+    @property
     def identified(self) -> pd.Series:
         """Whether the data pin each parameter down (see ``unidentified`` for why not)."""
         return pd.Series({n: n not in self.unidentified for n in self.params.index}, dtype=bool)
@@ -528,7 +533,7 @@ class FitResult:
                     f"{nearest:.3g} s at the {stat} (conservative end); the nearest feasible "
                     f"target is {stat} <= {nearest:.3g} s",
                 )
-        if feasible and self._model.integer in self.unidentified:
+        if feasible and not self.capacity_identified:
             max_rate, max_n, note = self._within_measured(max_rate, max_n)
             notes.append(note)
         limit_n = (
@@ -569,7 +574,7 @@ class FitResult:
             note="; ".join(notes),
             statistic=stat,
             target_s=value,
-            capacity_identified=self._model.integer not in self.unidentified,
+            capacity_identified=self.capacity_identified,
         )
 
     def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:
@@ -734,7 +739,7 @@ class FitResult:
         return self.summary().as_html()
 
     def _capacity_text(self) -> str:
-        if self._model.integer not in self.unidentified:
+        if self.capacity_identified:
             return f"{self.capacity_rps:.4g}"
         seen = np.nanmax(self.levels["throughput_rps"])
         return f"not identified (>= {seen:.4g} measured)" if np.isfinite(seen) else "not identified"
