@@ -216,7 +216,9 @@ class FitResult:
         Returns
         -------
         pandas.DataFrame
-            Columns ``lower`` and ``upper``, one row per parameter.
+            Columns ``lower`` and ``upper``, one row per parameter; NaN for a parameter the
+            data do not identify (``unidentified`` says why), and no upper end (``inf``) for
+            an unidentified integer, whose lower end is what the data support.
         """
         if not 0 < alpha < 1:
             raise ValueError("alpha: must be in (0, 1)")
@@ -225,12 +227,15 @@ class FitResult:
                 f"method: expected 'auto', 'asymptotic' or 'bootstrap', got {method!r}"
             )
         if method == "bootstrap":
-            return self._bootstrap(alpha, n_boot, seed)
-        rows = self._wald(alpha)
+            out = self._bootstrap(alpha, n_boot, seed)
+        else:
+            out = pd.DataFrame(self._wald(alpha), index=["lower", "upper"]).T
         for name in self.unidentified:
-            if name != self._model.integer:  # no interval from the data: not a number
-                rows[name] = (np.nan, np.nan)
-        return pd.DataFrame(rows, index=["lower", "upper"]).T
+            if name == self._model.integer:  # the lower end the data support, no upper one
+                out.loc[name, "upper"] = np.inf
+            else:  # no interval from the data: not a number
+                out.loc[name] = np.nan
+        return out
 
     def _wald(self, alpha: float) -> dict[str, tuple[float, float]]:
         """Compute the asymptotic intervals of :meth:`conf_int`, before identification."""
