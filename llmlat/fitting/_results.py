@@ -109,7 +109,7 @@ class FitResult:
             prof = self.profile
             cut = prof.max() - stats.chi2.ppf(0.95, 1) / 2
             self._lower_bound = bool(hi in prof.index and prof[hi] >= cut)
-        self.unidentified: dict[str, str] = {}
+        self.unidentified: dict[str, str] = {}  # read by the raw intervals computed first
         self.unidentified = self._identification()
         self.notes.extend(self.unidentified.values())
         self.levels = self._levels_table()
