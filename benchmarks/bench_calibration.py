@@ -26,8 +26,10 @@ Targets (issue 10): c_exact >= 0.9, err <= 5%, cover in [0.90, 0.98], auto >= 0.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,45 +132,45 @@ def _plan_breaks(cell: Cell, res) -> bool | None:
     return _true_p95(cell, plan.concurrency, "concurrency") > target
 
 
-def run_cell(cell: Cell, seeds: int) -> dict[str, float]:
+def run_seed(cell: Cell, seed: int) -> dict:
+    """Fit, compare and plan one seeded sweep of ``cell``: one row of the cell's figures."""
+    warnings.simplefilter("ignore")
     truth = cell.truth()
-    model = cell.family
-    rows = []
-    started = time.perf_counter()
-    for seed in range(seeds):
-        data = cell.simulate(1000 + seed)
-        try:
-            res = llmlat.fit(data, model=model)
-        except ValueError as exc:
-            rows.append({"failed": 1.0, "error": str(exc)[:80]})
+    data = cell.simulate(1000 + seed)
+    try:
+        res = llmlat.fit(data, model=cell.family)
+    except ValueError as exc:
+        return {"failed": 1.0, "error": str(exc)[:80]}
+    ci = res.conf_int()
+    integer = "slots" if cell.family == "batch" else "c"
+    row = {
+        "failed": 0.0,
+        "c_exact": float(res.params[integer] == truth[integer]),
+        "c_cover": float(ci.loc[integer, "lower"] <= truth[integer] <= ci.loc[integer, "upper"]),
+    }
+    covers = []
+    for name, value in truth.items():
+        if name == integer:
             continue
-        ci = res.conf_int()
-        integer = "slots" if cell.family == "batch" else "c"
-        row = {
-            "failed": 0.0,
-            "c_exact": float(res.params[integer] == truth[integer]),
-            "c_cover": float(
-                ci.loc[integer, "lower"] <= truth[integer] <= ci.loc[integer, "upper"]
-            ),
-        }
-        covers = []
-        for name, value in truth.items():
-            if name == integer:
-                continue
-            row[f"err_{name}"] = abs(res.params[name] / value - 1)
-            covers.append(ci.loc[name, "lower"] <= value <= ci.loc[name, "upper"])
-        row["cover"] = float(np.mean(covers))
-        try:
-            auto = llmlat.fit(data)
-            fam = "batch" if auto.model == "batch" else ("mmc" if auto.model in _MMC_FAMILY else "")
-            unsure = any("indistinguishable" in n for n in auto.notes)
-            row["auto"] = float(fam == cell.family or unsure)
-        except ValueError:
-            row["auto"] = 0.0
-        brk = _plan_breaks(cell, res)
-        if brk is not None:
-            row["break"] = float(brk)
-        rows.append(row)
+        row[f"err_{name}"] = abs(res.params[name] / value - 1)
+        covers.append(ci.loc[name, "lower"] <= value <= ci.loc[name, "upper"])
+    row["cover"] = float(np.mean(covers))
+    try:
+        auto = llmlat.fit(data)
+        fam = "batch" if auto.model == "batch" else ("mmc" if auto.model in _MMC_FAMILY else "")
+        unsure = any("indistinguishable" in n for n in auto.notes)
+        row["auto"] = float(fam == cell.family or unsure)
+    except ValueError:
+        row["auto"] = 0.0
+    brk = _plan_breaks(cell, res)
+    if brk is not None:
+        row["break"] = float(brk)
+    return row
+
+
+def run_cell(cell: Cell, seeds: int, pool: ProcessPoolExecutor) -> dict[str, float]:
+    started = time.perf_counter()
+    rows = list(pool.map(run_seed, [cell] * seeds, range(seeds)))
     keys = sorted({k for r in rows for k in r if k != "error"})
     out = {"cell": cell.name, "n": len(rows), "secs": time.perf_counter() - started}
     for k in keys:
@@ -223,15 +225,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="7 cells, 8 seeds: a few minutes")
     ap.add_argument("--cells", nargs="*", help="cell names (default: the whole grid)")
     ap.add_argument("--live", type=int, default=0, help="seeds of the live HTTP set")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     cells = _cells()
     names = args.cells or (QUICK if args.quick else [c.name for c in cells])
     seeds = 8 if args.quick and args.seeds == 20 else args.seeds
     print(f"calibration: {len(names)} cells x {seeds} seeds (mu = {MU})", flush=True)
-    for cell in cells:
-        if cell.name in names:
-            _print(run_cell(cell, seeds))
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for cell in cells:
+            if cell.name in names:
+                _print(run_cell(cell, seeds, pool))
     if args.live:
         live(args.live)
 
