@@ -36,6 +36,7 @@ import numpy as np
 
 import llmlat
 from llmlat import queueing
+from llmlat._models import _mmck_quantile
 from llmlat._synth import batch_closed_requests, mgc_sweep
 
 MU = 2.0
@@ -107,6 +108,11 @@ QUICK = (
 
 def _true_p95(cell: Cell, load: float, kind: str) -> float:
     n = np.array([int(load)])
+    if cell.queue_cap is not None:  # admitted requests behind the cap: M/M/c/K
+        p = {"mu": MU, "c": cell.c, "k_sys": cell.c + cell.queue_cap}
+        if cell.cv != 1.0:
+            p["cv_s"] = cell.cv
+        return float(_mmck_quantile(0.95, np.array([load]), p)[0])
     if cell.cv == 1.0 and kind == "rate":
         out = queueing.mmc_response_quantile(0.95, load, MU, cell.c)
     elif cell.cv == 1.0:

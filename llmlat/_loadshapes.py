@@ -326,12 +326,20 @@ class LevelPlan:
         return "warmup" if index < self.warmup or offset_s < self.warmup_s else "measure"
 
 
+#: Arrivals an open-loop level expects by default (see :func:`default_length`).
+OPEN_ARRIVALS = 1000
+
+
 def default_length(kind: str, value: float) -> tuple[int | None, float | None]:
     """Return the default ``(requests, duration_s)`` of a level: enough for a steady state.
 
     A closed loop of N workers issues ``max(20, 5 * N)`` requests, so each worker cycles
-    several times; an open loop at rate lambda runs ``max(10, 20 / lambda)`` seconds, so at
-    least about 20 requests arrive. A trace is replayed whole.
+    several times. An open loop at rate lambda runs ``max(10, OPEN_ARRIVALS / lambda)``
+    seconds: an open queue starting empty relaxes to its steady state over about
+    ``rho / (1 - sqrt(rho))^2`` arrivals whatever its number of servers (~340 at 90% load),
+    so a level must see a few times that to be steady near saturation and to show an
+    overload (throughput short of the offered rate) beyond its Poisson noise. A trace is
+    replayed whole.
 
     Parameters
     ----------
@@ -348,7 +356,7 @@ def default_length(kind: str, value: float) -> tuple[int | None, float | None]:
     if kind == "concurrency":
         return max(20, 5 * int(value)), None
     if kind == "rate":
-        return None, max(10.0, 20.0 / value)
+        return None, max(10.0, OPEN_ARRIVALS / value)
     return None, None
 
 

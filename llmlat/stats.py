@@ -10,9 +10,11 @@ Definitions (per level of one sweep):
   empty server at once; the first N completions of the level (warmup rows included) belong to
   that start-up. An open-loop level's start-up is cut by MSER-5 on the latencies in send order
   (batches of 5; the truncation point that minimises the standard error of the remaining mean,
-  searched over the first half). Measured rows in the transient are marked ``"transient"`` by
-  :func:`phases`; they stay in the data, count in ``n`` and the error rates, and are left out of
-  every latency statistic and of the fits.
+  searched over the first half), only when the part cut is faster on average than the rest (a
+  queue that starts empty starts fast; cutting an early burst of slow requests biases low).
+  Measured rows in the transient are marked ``"transient"`` by :func:`phases`; they stay in the
+  data, count in ``n`` and the error rates, and are left out of every latency statistic and of
+  the fits.
 - **Steady window** (:func:`steady_window`): from the later of the level's first completion and
   the end of its transient, to its last send (after which the level drains with fewer requests
   in flight). **Throughput** is the ok completions ending inside it (rows of every phase: a
@@ -229,7 +231,11 @@ def transient_mask(
     elif kind == "rate":
         idx = np.flatnonzero(measured & np.isfinite(latency) & np.isfinite(start))
         idx = idx[np.argsort(start[idx], kind="stable")]
-        cut[idx[: mser5(latency[idx])]] = True
+        d = mser5(latency[idx])
+        # a level starting empty starts with short latencies; MSER also "cuts" an early burst
+        # of long ones (it lowers the remaining variance), which would bias the mean low
+        if d and latency[idx[:d]].mean() < latency[idx[d:]].mean():
+            cut[idx[:d]] = True
     return cut & measured
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -53,6 +54,8 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
             fixed["gamma"] = 1.0 if gamma is None else float(gamma)
+    if model.family == "mmc" and obs.system_k is not None:
+        fixed["k_sys"] = obs.system_k
     if model.family == "mmc":
         given = cv_s is not None
         if not given:
@@ -70,6 +73,38 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
                     "use that service law (M/G/c), not the exponential one"
                 )
     return fixed, notes
+
+
+def _open_vif(obs: Observed, p: dict) -> Observed | None:
+    """``obs`` with each open level's ``vif`` at least the station's own, else None.
+
+    The mean wait of an open queue near saturation is correlated over far more requests than
+    a level's batch means span (a level of a few thousand requests at 90% load: batch means
+    see about a tenth of the variance). In heavy traffic the mean number in an M/M/1 queue has
+    asymptotic variance ``2 rho (1 + rho) / (1 - rho)^4`` times its time unit squared (Whitt,
+    *Planning queueing simulations*, 1989), that is a variance inflation of about
+    ``2 rho (1 + rho) / (1 - rho)^2`` over independent draws; only the waiting part of a
+    response time carries it, so it is scaled by the probability of waiting (Erlang C).
+    A queue cap bounds the correlation, so capped sweeps keep their batch means.
+    """
+    if obs.kind != "rate" or obs.times is None or "k_sys" in p or "vif" not in obs.levels:
+        return None
+    from llmlat import queueing
+
+    lam = obs.levels["level"].to_numpy(dtype=np.float64)
+    rho = np.clip(lam / (p["c"] * p["mu"]), 0.0, 0.995)
+    wait = queueing.erlang_c(p["c"], rho * p["c"])
+    model = 1.0 + wait * 2.0 * rho * (1.0 + rho) / (1.0 - rho) ** 2
+    vif = obs.levels["vif"].to_numpy(dtype=np.float64)
+    new = np.fmax(np.where(np.isfinite(vif), vif, 1.0), model)
+    if np.all(new <= 1.2 * np.where(np.isfinite(vif), vif, 1.0)):
+        return None
+    levels = obs.levels.copy()
+    grow = np.sqrt(new / np.where(np.isfinite(vif) & (vif > 0), vif, 1.0))
+    for col in [c for c in levels if c.startswith("se_")]:
+        levels[col] = levels[col] * grow
+    levels["vif"] = new
+    return replace(obs, levels=levels)
 
 
 def _not_exponential(cv: float, n: float) -> bool:
@@ -285,7 +320,14 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
         notes.append("service not exponential: fitted by least squares on the level means")
     _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
-    res = FitResult(problem, _estimate(problem), list(obs.notes) + notes)
+    est = _estimate(problem)
+    floor = _open_vif(obs, est.p) if model.family == "mmc" else None
+    if floor is not None:
+        # an open queue's consecutive waits are correlated for longer than a level's batches
+        # can see: refit with the model's own variance inflation as the floor
+        problem = _Problem(model, floor, meth, stat, fixed)
+        est = _estimate(problem)
+    res = FitResult(problem, est, list(obs.notes) + notes)
     if model.family != "batch" or len(obs.levels) < 7:
         return res
     if opts["gamma"] is not None:
