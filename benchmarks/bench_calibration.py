@@ -33,9 +33,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 import llmlat
 from llmlat import queueing
+from llmlat._loadshapes import default_length
 from llmlat._models import _mmck_quantile
 from llmlat._synth import batch_closed_requests, mgc_sweep
 
@@ -55,18 +57,29 @@ class Cell:
     queue_cap: int | None = None
 
     def levels(self) -> list[float]:
-        if self.family == "batch":
-            return [1, 2, 4, 8, 16, 32, 64][: 4 + int(np.log2(self.c))]
+        if self.family == "batch":  # powers of two up to twice the slots
+            return [2**i for i in range(int(np.log2(self.c)) + 2)]
         if self.kind == "concurrency":
             grid = np.round(self.c * np.array([0.25, 0.5, 1.0, 1.5, 2.0, 3.0]))
             return sorted({1, 2, 4, *(int(v) for v in grid if v >= 1)})
         return [f * self.c * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
 
     def simulate(self, seed: int):
-        if self.family == "batch":
-            return batch_closed_requests(
-                self.levels(), self.c, 0.02, 0.002, 40, n=120, seed=seed, warmup=0
-            )
+        if self.family == "batch":  # each level at llmlat's default length, no warmup
+            parts = [
+                batch_closed_requests(
+                    [n],
+                    self.c,
+                    0.02,
+                    0.002,
+                    40,
+                    n=default_length("concurrency", n)[0] or 0,
+                    seed=seed * 1000 + n,
+                    warmup=0,
+                )
+                for n in self.levels()
+            ]
+            return pd.concat(parts, ignore_index=True)
         return mgc_sweep(
             self.kind,
             self.levels(),

@@ -215,6 +215,10 @@ class _Problem:
         if "join_steps" in self.model.free:  # waiting for the next step: at most one step
             i = self.model.free.index("join_steps")
             lower[i], upper[i] = np.log(1e-3), 0.0
+        if "t1_s" in self.model.free:  # log t1 runs off to -inf when the step time is flat
+            i = self.model.free.index("t1_s")
+            base = float(np.nanmin(self.obs.levels["mean_s"])) / self.fixed["tokens"]
+            lower[i] = np.log(1e-4 * base)
         if "think_s" in self.model.free:  # log Z runs off to -inf when the data have no think
             i = self.model.free.index("think_s")
             means = self.obs.levels["mean_s"]

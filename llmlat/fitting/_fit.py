@@ -266,14 +266,14 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
     length times a step time, far less variable than an exponential service. So when the
     lightest level's CV is that of an exponential law, only the M/M/c family is ranked.
     """
-    names = None
+    # "closed" estimates a think time the data did not measure; here they did
+    skip = {"closed"} if np.isfinite(obs.think_s) else set()
     if obs.times is not None and opts["cv_s"] is None:
         light = obs.levels.iloc[0]
         cv = float(light["std_s"] / light["mean_s"])
         if np.isfinite(cv) and not _not_exponential(cv, light["n"]):
-            # "closed" estimates a think time the data did not measure; here they did
-            skip = {"batch", "closed"} if np.isfinite(obs.think_s) else {"batch"}
-            names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
+            skip.add("batch")
+    names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
     table, fits = _compare(obs, names, stat, opts)
     ok = table[table["aic"].notna()]
     if ok.empty:
@@ -302,7 +302,7 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
         )
     else:
         res.notes.append(f"model chosen by AIC among {', '.join(ok.index)}")
-    if names is not None:
+    if "batch" in skip:
         res.notes.append(
             f"service-time CV {cv:.2g} at the lightest level, as for exponential service: "
             "batching (near-constant service per output length) not considered"
