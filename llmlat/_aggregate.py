@@ -200,6 +200,7 @@ def _from_requests(
     else:
         table["tokens_mean"] = np.nan
     table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
+    table["cv_alone"], table["n_alone"] = _alone_cv(start, end, values, ok, lv_all, levels)
     if kind == "rate":
         per = pd.DataFrame({"lv": lv_all, "hit": hit, "t": start}).groupby("lv")
         table["n_offered"] = per.size().reindex(levels).to_numpy(dtype=np.float64)
@@ -247,6 +248,38 @@ def _from_requests(
         probs = [v for v in QUANTILES.values() if v is not None]
         obs.tokens_q = dict(zip(probs, np.quantile(lengths, probs) / tok, strict=True))
     return obs
+
+
+#: Fewest requests sent into an idle server for their spread to estimate the service CV.
+MIN_ALONE = 20
+
+
+def _alone_cv(
+    start: np.ndarray,
+    end: np.ndarray,
+    values: np.ndarray,
+    ok: np.ndarray,
+    lv_all: np.ndarray,
+    levels: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per level: CV of the times of requests sent while nothing else was in flight, and n.
+
+    Such a request waited for nobody, whatever the number of servers: its time is a service
+    time alone, where a whole level's spread also holds the waits (at 30% load on one server
+    they turn a CV of 0.05 into 0.4).
+    """
+    cv, count = np.full(len(levels), np.nan), np.zeros(len(levels))
+    for i, v in enumerate(levels):
+        here = (lv_all == v) & np.isfinite(start) & np.isfinite(end)
+        s, e = np.sort(start[here]), np.sort(end[here])
+        at = start[here & ok]
+        # in flight at a send: sent before it (itself excluded), not yet ended
+        busy = np.searchsorted(s, at, "left") - np.searchsorted(e, at, "right")
+        t = values[here & ok][busy <= 0]
+        count[i] = len(t)
+        if len(t) >= MIN_ALONE:
+            cv[i] = float(np.std(t, ddof=1) / np.mean(t))
+    return cv, count
 
 
 def _refusals(req: pd.DataFrame) -> np.ndarray:

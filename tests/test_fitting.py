@@ -453,3 +453,13 @@ def test_a_near_constant_server_gets_its_own_service_law_not_the_exponential():
     measured = data.loc[data["level"] == 1, "latency_s"].quantile(0.95)
     assert res.predict([1])["latency_p95_s"].iloc[0] == pytest.approx(measured, rel=0.2)
     assert any("service-time CV" in note for note in res.notes)
+
+
+def test_a_model_that_does_not_fit_says_so():
+    batching = batch_closed_requests([1, 2, 4, 8, 16, 32], 8, 0.02, 0.002, 40, n=300, warmup=0)
+    wrong = fit(batching, model="mmc")
+    assert any(n.startswith("warning: 'mmc' does not fit") for n in wrong.notes)
+    right = fit(batching, model="batch")
+    exact = fit(mgc_sweep("concurrency", [1, 2, 4, 6, 8, 12], 2.0, 4, seed=3), model="mmc")
+    for res in (right, exact):
+        assert not any("does not fit" in n for n in res.notes)

@@ -59,17 +59,15 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
     if model.family == "mmc":
         given = cv_s is not None
         if not given:
-            lv = obs.levels.iloc[0]
-            cv_s = float(lv["std_s"] / lv["mean_s"])
+            cv_s, n_cv = _light_cv(obs)
             if not np.isfinite(cv_s) and model.name == "mgc":
                 raise ValueError("cv_s: the data has no spread at the lightest level; pass cv_s")
-        if np.isfinite(cv_s) and (
-            model.name == "mgc" or given or _not_exponential(cv_s, obs.levels["n"].iloc[0])
-        ):
+        if np.isfinite(cv_s) and (model.name == "mgc" or given or _not_exponential(cv_s, n_cv)):
             fixed["cv_s"] = float(cv_s)
             if not given:
                 notes.append(
-                    f"service-time CV {cv_s:.3g} taken from the lightest level; quantiles "
+                    f"service-time CV {cv_s:.3g} taken from the lightest level (requests sent "
+                    "into an idle server where there are enough); quantiles "
                     "use that service law (M/G/c), not the exponential one"
                 )
     return fixed, notes
@@ -105,6 +103,61 @@ def _open_vif(obs: Observed, p: dict) -> Observed | None:
         levels[col] = levels[col] * grow
     levels["vif"] = new
     return replace(obs, levels=levels)
+
+
+#: A fit whose level means miss by more than this chi-square quantile says no model fits.
+_MISFIT_LEVEL = 0.999
+
+
+def _misfit(problem: _Problem, p: dict) -> list[str]:
+    """Return a warning note when the level means lie beyond their intervals around the fit.
+
+    Each level's mean is compared with the prediction in units of its own standard error
+    (batch means, so correlation is counted); their sum of squares against the chi-square law
+    with the levels less the parameters as degrees of freedom. Refitting cannot help: the
+    station is not of this form (or the levels are not steady).
+    """
+    lv = problem.obs.levels
+    dof = len(lv) - len(problem.model.free) - (problem.model.integer is not None)
+    if dof < 1 or "se_mean_s" not in lv:
+        return []
+    think = p.get("level_think_s")
+    loads = lv["level"].to_numpy(dtype=np.float64)
+    pred = problem.model.predict(p, loads, problem.obs.kind, ("mean",), think)["mean_s"]
+    y, se = lv["mean_s"].to_numpy(dtype=np.float64), lv["se_mean_s"].to_numpy(dtype=np.float64)
+    if problem.model.family == "batch" and problem.obs.kind == "concurrency":
+        y, se = problem.y, problem.se[: len(y)]  # at the run's mean output length
+    z = (y - pred) / se
+    good = np.isfinite(z)
+    if not good.any():
+        return []
+    from scipy import stats as sps
+
+    stat = float(np.sum(z[good] ** 2))
+    if stat <= sps.chi2.ppf(_MISFIT_LEVEL, dof):
+        return []
+    worst = ", ".join(
+        f"{v:g} ({d:+.1f} se)"
+        for v, d in sorted(zip(loads[good], z[good], strict=True), key=lambda t: -abs(t[1]))[:3]
+    )
+    return [
+        f"warning: {problem.model.name!r} does not fit these data: the level means lie beyond "
+        f"their intervals around the fitted curve (chi-square {stat:.3g} on {dof} df; worst "
+        f"levels {worst}). Treat its parameters and plans with caution; compare other models "
+        "or check that every level reached a steady state"
+    ]
+
+
+def _light_cv(obs: Observed) -> tuple[float, float]:
+    """Service-time CV at the lightest level and its sample size.
+
+    From the requests sent into an idle server when there are enough of them (their time is
+    a service time alone), else from the whole level (waits included: an upper bound).
+    """
+    lv = obs.levels.iloc[0]
+    if "cv_alone" in obs.levels and np.isfinite(lv["cv_alone"]):
+        return float(lv["cv_alone"]), float(lv["n_alone"])
+    return float(lv["std_s"] / lv["mean_s"]), float(lv["n"])
 
 
 def _not_exponential(cv: float, n: float) -> bool:
@@ -269,9 +322,8 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
     # "closed" estimates a think time the data did not measure; here they did
     skip = {"closed"} if np.isfinite(obs.think_s) else set()
     if obs.times is not None and opts["cv_s"] is None:
-        light = obs.levels.iloc[0]
-        cv = float(light["std_s"] / light["mean_s"])
-        if np.isfinite(cv) and not _not_exponential(cv, light["n"]):
+        cv, n_cv = _light_cv(obs)
+        if np.isfinite(cv) and not _not_exponential(cv, n_cv):
             skip.add("batch")
     names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
     table, fits = _compare(obs, names, stat, opts)
@@ -327,7 +379,7 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
         # can see: refit with the model's own variance inflation as the floor
         problem = _Problem(model, floor, meth, stat, fixed)
         est = _estimate(problem)
-    res = FitResult(problem, est, list(obs.notes) + notes)
+    res = FitResult(problem, est, list(obs.notes) + notes + _misfit(problem, est.p))
     if model.family != "batch" or len(obs.levels) < 7:
         return res
     if opts["gamma"] is not None:
