@@ -61,6 +61,13 @@ class Observed:
     #: come from a queue cap (:func:`queue_cap`), else None
     system_k: int | None = None
 
+    @property
+    def request_times(self) -> list[np.ndarray]:
+        """Each level's times (``times``), or a ValueError for a per-level table."""
+        if self.times is None:
+            raise ValueError("data: this needs per-request times, not a per-level table")
+        return self.times
+
 
 def _stats_from_times(times: list[np.ndarray], batch: list[int]) -> dict[str, np.ndarray]:
     out: dict[str, list[float]] = {k: [] for k in ("n", "mean_s", "std_s", "vif")}

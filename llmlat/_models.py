@@ -100,6 +100,8 @@ class Model:
         p = dict(fixed)
         p.update(zip(self.free, np.exp(theta), strict=True))
         if self.integer:
+            if k is None:
+                raise ValueError(f"{self.integer}: the model needs its integer parameter")
             p[self.integer] = int(k)
         if self.name == "mm1":
             p["c"] = 1
@@ -230,12 +232,12 @@ class Model:
         c, mu = p["c"], p["mu"]
         parts = []
         if obs.kind == "rate" and "k_sys" in p:
-            for lam, t in zip(levels, obs.times, strict=True):
+            for lam, t in zip(levels, obs.request_times, strict=True):
                 m, w = _mmck_mix(lam, mu, c, p["k_sys"])
                 parts.append(q.hypoexp_mix_logpdf(t, m, w, mu, c))
             return np.concatenate(parts)
         if obs.kind == "rate":
-            for lam, t in zip(levels, obs.times, strict=True):
+            for lam, t in zip(levels, obs.request_times, strict=True):
                 if lam >= c * mu:
                     parts.append(np.full(t.shape, -1e6))  # unstable: not a steady state
                 else:
@@ -249,7 +251,7 @@ class Model:
                 q._closed_mix([int(n)], mu, c, float(z))[0]
                 for n, z in zip(levels, think, strict=True)
             ]
-        for (m, w), t in zip(mixes, obs.times, strict=True):
+        for (m, w), t in zip(mixes, obs.request_times, strict=True):
             if len(m) == 1:
                 parts.append(q.hypoexp_logpdf(t, m[0], mu, c))
             else:
@@ -274,7 +276,7 @@ class Model:
             means = lv["p50_s"].to_numpy() / np.log(2)
         if self.family == "batch":
             return self._batch_start(lv["level"].to_numpy(), means, k, fixed)
-        c = 1 if self.name == "mm1" else int(k)
+        c = 1 if self.name == "mm1" or k is None else int(k)
         mu = 1.0 / float(np.nanmin(means))
         if obs.kind == "rate" and obs.system_k is None:
             mu = max(mu, 1.2 * float(lv["level"].max()) / c)

@@ -79,7 +79,7 @@ class _Problem:
                 ratio = np.where(np.isfinite(ratio), ratio, 1.0)
                 self.y, self.se = self.y * ratio, self.se * ratio
             self.se = np.concatenate([self.se, self.se_over])
-        self.nobs = len(lv) if method == "wls" else int(sum(len(t) for t in obs.times))
+        self.nobs = len(lv) if method == "wls" else sum(len(t) for t in obs.request_times)
         self.nobs += len(self.x_over)
         if method == "ml":
             self.binned, self.weights = _bin_times(obs)
@@ -175,7 +175,7 @@ class _Problem:
         """Log-likelihood of every request (maximum likelihood works on binned times)."""
         if self.method != "ml":
             return float(np.sum(self.llobs_full(k)(theta)))
-        info = np.repeat(_information(self.obs), [len(t) for t in self.obs.times])
+        info = np.repeat(_information(self.obs), [len(t) for t in self.obs.request_times])
         p = self.params(theta, k)
         lat = float(info @ self.model.loglikeobs(p, self.obs))
         return lat + float(np.sum(self._over_llobs(p))) + float(np.sum(self._block_llobs(p)))
@@ -296,7 +296,7 @@ def _information(obs: Observed) -> np.ndarray:
 
 def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
     times, weights = [], []
-    for t, info in zip(obs.times, _information(obs), strict=True):
+    for t, info in zip(obs.request_times, _information(obs), strict=True):
         if len(t) <= 2 * _BINS:
             times.append(t)
             weights.append(np.full(len(t), info))

@@ -193,8 +193,8 @@ def _dropped_text(obs: Observed) -> str:
     why = ", ".join(f"{v:g} ({r})" for v, r in sorted(obs.dropped.items()))
     above = [v for v in obs.dropped if v > kept.max()]
     top = min(above) if above else 4 * kept.max()
-    add = np.unique(np.round(np.geomspace(kept.max(), top, 5)[1:-1], 2 if top < 10 else 0))
-    add = [v for v in add if v not in kept and v not in obs.dropped]
+    grid = np.unique(np.round(np.geomspace(kept.max(), top, 5)[1:-1], 2 if top < 10 else 0))
+    add = [v for v in grid if v not in kept and v not in obs.dropped]
     hint = f"; add levels between {kept.max():g} and {top:g}, e.g. " if add else ""
     return f" (left out: {why}{hint}{', '.join(f'{v:g}' for v in add)})"
 
@@ -470,6 +470,7 @@ def compare(
     if bad:
         raise ValueError(f"options: unknown option(s) {', '.join(sorted(bad))}")
     refused = _max_refused(options.pop("max_refused", MAX_REFUSED))
-    obs = observe(data, metric, options.pop("level_kind", None), refused)
+    kind = options.pop("level_kind", None)
+    obs = observe(data, metric, None if kind is None else str(kind), refused)
     opts = {k: options.get(k) for k in ("think_s", "tokens", "gamma", "cv_s")}
     return _compare(obs, models, stat, opts)[0]
