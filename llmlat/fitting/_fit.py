@@ -321,10 +321,18 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
     """
     # "closed" estimates a think time the data did not measure; here they did
     skip = {"closed"} if np.isfinite(obs.think_s) else set()
+    why = []
+    if obs.system_k is not None:
+        why.append("the 429s come from a queue cap, which the batching model does not describe")
     if obs.times is not None and opts["cv_s"] is None:
         cv, n_cv = _light_cv(obs)
         if np.isfinite(cv) and not _not_exponential(cv, n_cv):
-            skip.add("batch")
+            why.append(
+                f"service-time CV {cv:.2g} at the lightest level, as for exponential service "
+                "(batching gives near-constant service per output length)"
+            )
+    if why:
+        skip.add("batch")
     names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
     table, fits = _compare(obs, names, stat, opts)
     ok = table[table["aic"].notna()]
@@ -354,11 +362,8 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
         )
     else:
         res.notes.append(f"model chosen by AIC among {', '.join(ok.index)}")
-    if "batch" in skip:
-        res.notes.append(
-            f"service-time CV {cv:.2g} at the lightest level, as for exponential service: "
-            "batching (near-constant service per output length) not considered"
-        )
+    if why:
+        res.notes.append(f"batching not considered: {'; '.join(why)}")
     return res
 
 
