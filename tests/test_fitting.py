@@ -410,7 +410,7 @@ def test_refusals_from_a_queue_cap_are_fitted_as_mmck_with_the_blocking():
 def test_an_open_level_past_capacity_measures_it_by_its_throughput():
     c, mu = 4, 2.0
     rates = [f * c * mu for f in (0.3, 0.6, 0.8, 1.5)]
-    data = mgc_sweep("rate", rates, mu, c, seed=31, length=0.3)
+    data = mgc_sweep("rate", rates, mu, c, seed=31)
     res = fit(data, model="mmc")
     assert res.params["c"] == c and res.params["mu"] == pytest.approx(mu, rel=0.05)
     # the growing level is kept as evidence of capacity, never as a lower bound on it
