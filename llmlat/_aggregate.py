@@ -209,13 +209,19 @@ def _from_requests(
     table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
     table["cv_alone"], table["n_alone"] = _alone_cv(start, end, values, ok, lv_all, levels)
     if kind == "rate":
-        per = pd.DataFrame({"lv": lv_all, "hit": hit, "t": start}).groupby("lv")
-        table["n_offered"] = per.size().reindex(levels).to_numpy(dtype=np.float64)
-        table["n_refused"] = per["hit"].sum().reindex(levels).to_numpy(dtype=np.float64)
+        per = pd.DataFrame({"lv": lv_all, "hit": hit, "t": start, "steady": steady})
+        per = per.groupby("lv")
+        # refusals past the transient: behind a cap, a level starting empty refuses nothing
+        # until its queue has filled
+        calm = per.apply(lambda g: g.loc[g["steady"], "hit"].agg(["size", "sum"]))
+        table["n_offered"] = calm["size"].reindex(levels).to_numpy(dtype=np.float64)
+        table["n_refused"] = calm["sum"].reindex(levels).to_numpy(dtype=np.float64)
         # the arrival rate realised in the level (its sends over their span), so "served less
         # than offered" is not judged against the Poisson noise of the arrivals
         span = (per["t"].max() - per["t"].min()).reindex(levels).to_numpy(dtype=np.float64)
-        table["offered_rps"] = np.where(span > 0, (table["n_offered"] - 1) / span, np.nan)
+        sent = per.size().reindex(levels).to_numpy(dtype=np.float64)
+        table["offered_rps"] = np.where(span > 0, (sent - 1) / span, np.nan)
+        table["n_sent"] = sent
     # an open level that refuses requests truncates its queue: its latency is not an M/M/c one,
     # unless the refusals are a queue cap, which the M/M/c/K form describes
     shed = _refused_levels(req, lv_all, _SHED) if kind == "rate" else refused
@@ -396,7 +402,7 @@ def _short(table: pd.DataFrame, sigmas: float, share: float) -> np.ndarray:
     n = table["n"].to_numpy(dtype=np.float64)
     if "offered_rps" in table:  # the realised arrivals, all of them
         lam = np.where(np.isfinite(table["offered_rps"]), table["offered_rps"], lam)
-        n = table["n_offered"].to_numpy(dtype=np.float64)
+        n = table["n_sent"].to_numpy(dtype=np.float64)
     x = table["throughput_rps"].to_numpy(dtype=np.float64)
     short = x < lam * (1 - np.fmax(sigmas / np.sqrt(np.fmax(n, 1.0)), share))
     return short & np.isfinite(x)
