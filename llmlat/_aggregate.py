@@ -213,9 +213,10 @@ def _from_requests(
         per = per.groupby("lv")
         # refusals past the transient: behind a cap, a level starting empty refuses nothing
         # until its queue has filled
-        calm = per.apply(lambda g: g.loc[g["steady"], "hit"].agg(["size", "sum"]))
-        table["n_offered"] = calm["size"].reindex(levels).to_numpy(dtype=np.float64)
-        table["n_refused"] = calm["sum"].reindex(levels).to_numpy(dtype=np.float64)
+        calm = per.apply(_refusal_counts)
+        table["n_offered"] = calm["n"].reindex(levels).to_numpy(dtype=np.float64)
+        table["n_refused"] = calm["refused"].reindex(levels).to_numpy(dtype=np.float64)
+        table["vif_refused"] = calm["vif"].reindex(levels).to_numpy(dtype=np.float64)
         # the arrival rate realised in the level (its sends over their span), so "served less
         # than offered" is not judged against the Poisson noise of the arrivals
         span = (per["t"].max() - per["t"].min()).reindex(levels).to_numpy(dtype=np.float64)
@@ -261,6 +262,20 @@ def _from_requests(
         probs = [v for v in QUANTILES.values() if v is not None]
         obs.tokens_q = dict(zip(probs, np.quantile(lengths, probs) / tok, strict=True))
     return obs
+
+
+def _refusal_counts(level: pd.DataFrame) -> pd.Series:
+    """One level's steady rows: how many, how many refused, and the refusals' ``vif``.
+
+    Refusals come in runs (while the queue stays full), so they carry less information than
+    as many independent draws: batch means over send order measure by how much.
+    """
+    hits = level.loc[level["steady"]].sort_values("t")["hit"].to_numpy(dtype=np.float64)
+    n, refused, vif = len(hits), float(hits.sum()), 1.0
+    if 0 < refused < n:
+        se = stats.batch_means(hits)[1]
+        vif = max(se**2 / (hits.var(ddof=1) / n), 1.0)
+    return pd.Series({"n": float(n), "refused": refused, "vif": vif})
 
 
 #: Fewest requests sent into an idle server for their spread to estimate the service CV.

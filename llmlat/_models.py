@@ -44,12 +44,28 @@ def _mmck_mix(lam: float, mu: float, c: int, k: int, tol: float = 1e-10):
     return keep.astype(np.float64), w[keep] / w[keep].sum()
 
 
+def _mmck_wait(lam: float, p: dict) -> tuple[float, float]:
+    """Behind a queue cap: the probability that an admitted request waits, and its mean wait.
+
+    With the M/M/c/K states: a request that finds j departures to wait for waits j - 1 whole
+    service spells of c servers and the residual of the first, ``(1 + cv^2) / 2`` of a spell
+    for a service law of CV cv (exact for exponential service). Near a full buffer the whole
+    spells dominate, which scaling the whole wait by Allen-Cunneen's factor would not respect.
+    """
+    mu, c = p["mu"], p["c"]
+    m, w = _mmck_mix(lam, mu, c, p["k_sys"])
+    spell = 1.0 / (c * mu)
+    residual = (1.0 + p.get("cv_s", 1.0) ** 2) / 2.0
+    waits = m > 0
+    return float(w[waits].sum()), float(w[waits] @ ((m[waits] - 1.0 + residual) * spell))
+
+
 def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     """Response-time quantile of admitted requests behind a queue cap.
 
     Exponential service: the exact mixture of :func:`_mmck_mix`. A measured service CV: the
-    service law plus an exponential wait with the M/M/c/K probability of waiting and the
-    Allen-Cunneen-scaled mean wait (as :func:`llmlat.queueing.mgc_response_quantile`).
+    service law plus an exponential wait with the probability and mean of :func:`_mmck_wait`
+    (as :func:`llmlat.queueing.mgc_response_quantile` does with Allen-Cunneen's).
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     out = np.empty(len(loads))
@@ -59,8 +75,7 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
             cdf = lambda t, m=m, w=w: q.hypoexp_cdf(t[..., None], m, mu, c) @ w  # noqa: E731
             out[i] = q.invert_cdf(cdf, prob, 1.0 / mu + float(w @ m) / (c * mu))
             continue
-        pw = float(w[m > 0].sum())
-        wq = float(w @ m) / (c * mu) * (1.0 + p["cv_s"] ** 2) / 2.0
+        pw, wq = _mmck_wait(lam, p)
         theta = np.array(pw / wq if wq > 0 else 1.0)
         out[i] = q._service_plus_wait_quantile(np.array(prob), mu, p["cv_s"], np.array(pw), theta)
     return out
@@ -159,11 +174,8 @@ class Model:
                 busy = np.minimum(ls, p["slots"])
             # mean time decoding in a batch of the mean size; the rest of ``mean`` is waiting
             service = p["tokens"] * (p["t0_s"] + p["t1_s"] * busy ** p["gamma"])
-        elif kind == "rate" and "k_sys" in p:
-            # a queue cap: M/M/c/K, its wait scaled as Allen-Cunneen's for the service CV
-            df = q.mmck(loads, p["mu"], p["c"], p["k_sys"])
-            wait = df["response_mean_s"].to_numpy() - 1.0 / p["mu"]
-            mean = wait * (1.0 + p.get("cv_s", 1.0) ** 2) / 2.0 + 1.0 / p["mu"]
+        elif kind == "rate" and "k_sys" in p:  # a queue cap: M/M/c/K states
+            mean = np.array([_mmck_wait(lam, p)[1] for lam in loads]) + 1.0 / p["mu"]
         elif kind == "rate":
             c, mu = p["c"], p["mu"]
             cv2 = p.get("cv_s", 1.0) ** 2  # Allen-Cunneen with the measured service CV

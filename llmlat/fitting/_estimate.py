@@ -83,18 +83,24 @@ class _Problem:
         self.nobs += len(self.x_over)
         if method == "ml":
             self.binned, self.weights = _bin_times(obs)
-        # behind a queue cap every level's refusals are binomial draws of the blocking share
-        self.blocked = "k_sys" in fixed and "n_refused" in lv
+        # behind a queue cap every level's refusals are binomial draws of the blocking share;
+        # that share depends on the service law (M/D/1/3 blocks far less than M/M/1/3), so a
+        # measured non-exponential service leaves the refusals out and the latency speaks
+        self.blocked = "k_sys" in fixed and "n_refused" in lv and "cv_s" not in fixed
         if self.blocked:
             self.n_off = lv["n_offered"].to_numpy(dtype=np.float64)
             self.n_ref = lv["n_refused"].to_numpy(dtype=np.float64)
-            self.info_ref = _information(obs)
+            vif = lv["vif_refused"].to_numpy(dtype=np.float64) if "vif_refused" in lv else None
+            self.info_ref = _information(obs) if vif is None else 1.0 / np.fmax(vif, 1.0)
             self.nobs += len(lv)
             if method == "wls":  # deviance residuals are standardised already
                 self.se = np.concatenate([self.se, np.ones(len(lv))])
 
     def _block_llobs(self, p: dict) -> np.ndarray:
-        """Per level: the binomial log-likelihood of its refusals (quasi: weighted by 1/vif)."""
+        """Per level: the binomial log-likelihood of its refusals (quasi: weighted by 1/vif).
+
+        The refusals' own ``vif`` (runs while the queue stays full), else the latencies'.
+        """
         if not self.blocked:
             return np.empty(0)
         pb = np.clip(self.model.blocking(p, self.loads), 1e-300, 1.0 - 1e-16)

@@ -83,9 +83,10 @@ def _open_vif(obs: Observed, p: dict) -> Observed | None:
     *Planning queueing simulations*, 1989), that is a variance inflation of about
     ``2 rho (1 + rho) / (1 - rho)^2`` over independent draws; only the waiting part of a
     response time carries it, so it is scaled by the probability of waiting (Erlang C).
-    A queue cap bounds the correlation, so capped sweeps keep their batch means.
+    Behind a queue cap a level past capacity hovers near a full queue for as long: its
+    latency counts for little, its refusals (binomial, their own batch means) for more.
     """
-    if obs.kind != "rate" or obs.times is None or "k_sys" in p or "vif" not in obs.levels:
+    if obs.kind != "rate" or obs.times is None or "vif" not in obs.levels:
         return None
     from llmlat import queueing
 
