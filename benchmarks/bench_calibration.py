@@ -26,14 +26,19 @@ Targets (issue 10): c_exact >= 0.9, err <= 5%, cover in [0.90, 0.98], auto >= 0.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 import llmlat
 from llmlat import queueing
+from llmlat._loadshapes import default_length
+from llmlat._models import _mmck_quantile
 from llmlat._synth import batch_closed_requests, mgc_sweep
 
 MU = 2.0
@@ -52,18 +57,29 @@ class Cell:
     queue_cap: int | None = None
 
     def levels(self) -> list[float]:
-        if self.family == "batch":
-            return [1, 2, 4, 8, 16, 32, 64][: 4 + int(np.log2(self.c))]
+        if self.family == "batch":  # powers of two up to twice the slots
+            return [2**i for i in range(int(np.log2(self.c)) + 2)]
         if self.kind == "concurrency":
             grid = np.round(self.c * np.array([0.25, 0.5, 1.0, 1.5, 2.0, 3.0]))
             return sorted({1, 2, 4, *(int(v) for v in grid if v >= 1)})
         return [f * self.c * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
 
     def simulate(self, seed: int):
-        if self.family == "batch":
-            return batch_closed_requests(
-                self.levels(), self.c, 0.02, 0.002, 40, n=120, seed=seed, warmup=0
-            )
+        if self.family == "batch":  # each level at llmlat's default length, no warmup
+            parts = [
+                batch_closed_requests(
+                    [n],
+                    self.c,
+                    0.02,
+                    0.002,
+                    40,
+                    n=default_length("concurrency", n)[0] or 0,
+                    seed=seed * 1000 + n,
+                    warmup=0,
+                )
+                for n in self.levels()
+            ]
+            return pd.concat(parts, ignore_index=True)
         return mgc_sweep(
             self.kind,
             self.levels(),
@@ -105,6 +121,11 @@ QUICK = (
 
 def _true_p95(cell: Cell, load: float, kind: str) -> float:
     n = np.array([int(load)])
+    if cell.queue_cap is not None:  # admitted requests behind the cap: M/M/c/K
+        p = {"mu": MU, "c": cell.c, "k_sys": cell.c + cell.queue_cap}
+        if cell.cv != 1.0:
+            p["cv_s"] = cell.cv
+        return float(_mmck_quantile(0.95, np.array([load]), p)[0])
     if cell.cv == 1.0 and kind == "rate":
         out = queueing.mmc_response_quantile(0.95, load, MU, cell.c)
     elif cell.cv == 1.0:
@@ -130,45 +151,45 @@ def _plan_breaks(cell: Cell, res) -> bool | None:
     return _true_p95(cell, plan.concurrency, "concurrency") > target
 
 
-def run_cell(cell: Cell, seeds: int) -> dict[str, float]:
+def run_seed(cell: Cell, seed: int) -> dict:
+    """Fit, compare and plan one seeded sweep of ``cell``: one row of the cell's figures."""
+    warnings.simplefilter("ignore")
     truth = cell.truth()
-    model = cell.family
-    rows = []
-    started = time.perf_counter()
-    for seed in range(seeds):
-        data = cell.simulate(1000 + seed)
-        try:
-            res = llmlat.fit(data, model=model)
-        except ValueError as exc:
-            rows.append({"failed": 1.0, "error": str(exc)[:80]})
+    data = cell.simulate(1000 + seed)
+    try:
+        res = llmlat.fit(data, model=cell.family)
+    except ValueError as exc:
+        return {"failed": 1.0, "error": str(exc)[:80]}
+    ci = res.conf_int()
+    integer = "slots" if cell.family == "batch" else "c"
+    row = {
+        "failed": 0.0,
+        "c_exact": float(res.params[integer] == truth[integer]),
+        "c_cover": float(ci.loc[integer, "lower"] <= truth[integer] <= ci.loc[integer, "upper"]),
+    }
+    covers = []
+    for name, value in truth.items():
+        if name == integer:
             continue
-        ci = res.conf_int()
-        integer = "slots" if cell.family == "batch" else "c"
-        row = {
-            "failed": 0.0,
-            "c_exact": float(res.params[integer] == truth[integer]),
-            "c_cover": float(
-                ci.loc[integer, "lower"] <= truth[integer] <= ci.loc[integer, "upper"]
-            ),
-        }
-        covers = []
-        for name, value in truth.items():
-            if name == integer:
-                continue
-            row[f"err_{name}"] = abs(res.params[name] / value - 1)
-            covers.append(ci.loc[name, "lower"] <= value <= ci.loc[name, "upper"])
-        row["cover"] = float(np.mean(covers))
-        try:
-            auto = llmlat.fit(data)
-            fam = "batch" if auto.model == "batch" else ("mmc" if auto.model in _MMC_FAMILY else "")
-            unsure = any("indistinguishable" in n for n in auto.notes)
-            row["auto"] = float(fam == cell.family or unsure)
-        except ValueError:
-            row["auto"] = 0.0
-        brk = _plan_breaks(cell, res)
-        if brk is not None:
-            row["break"] = float(brk)
-        rows.append(row)
+        row[f"err_{name}"] = abs(res.params[name] / value - 1)
+        covers.append(ci.loc[name, "lower"] <= value <= ci.loc[name, "upper"])
+    row["cover"] = float(np.mean(covers))
+    try:
+        auto = llmlat.fit(data)
+        fam = "batch" if auto.model == "batch" else ("mmc" if auto.model in _MMC_FAMILY else "")
+        unsure = any("indistinguishable" in n for n in auto.notes)
+        row["auto"] = float(fam == cell.family or unsure)
+    except ValueError:
+        row["auto"] = 0.0
+    brk = _plan_breaks(cell, res)
+    if brk is not None:
+        row["break"] = float(brk)
+    return row
+
+
+def run_cell(cell: Cell, seeds: int, pool: ProcessPoolExecutor) -> dict[str, float]:
+    started = time.perf_counter()
+    rows = list(pool.map(run_seed, [cell] * seeds, range(seeds)))
     keys = sorted({k for r in rows for k in r if k != "error"})
     out = {"cell": cell.name, "n": len(rows), "secs": time.perf_counter() - started}
     for k in keys:
@@ -223,15 +244,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="7 cells, 8 seeds: a few minutes")
     ap.add_argument("--cells", nargs="*", help="cell names (default: the whole grid)")
     ap.add_argument("--live", type=int, default=0, help="seeds of the live HTTP set")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     cells = _cells()
     names = args.cells or (QUICK if args.quick else [c.name for c in cells])
     seeds = 8 if args.quick and args.seeds == 20 else args.seeds
     print(f"calibration: {len(names)} cells x {seeds} seeds (mu = {MU})", flush=True)
-    for cell in cells:
-        if cell.name in names:
-            _print(run_cell(cell, seeds))
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for cell in cells:
+            if cell.name in names:
+                _print(run_cell(cell, seeds, pool))
     if args.live:
         live(args.live)
 

@@ -15,7 +15,15 @@ import pandas as pd
 
 from llmlat import stats
 
-__all__ = ["QUANTILES", "Observed", "is_level_table", "latency_levels", "observe", "resample"]
+__all__ = [
+    "QUANTILES",
+    "Observed",
+    "is_level_table",
+    "latency_levels",
+    "observe",
+    "queue_cap",
+    "resample",
+]
 
 #: stat name -> quantile probability (None: the mean): the statistics a fit can use.
 QUANTILES: dict[str, float | None] = {
@@ -49,6 +57,16 @@ class Observed:
     tokens_q: dict[float, float] = field(default_factory=dict)
     #: level left out -> why (refused, no success, no steady state)
     dropped: dict[float, str] = field(default_factory=dict)
+    #: open loop: the most requests the server holds (in service plus waiting) when its 429s
+    #: come from a queue cap (:func:`queue_cap`), else None
+    system_k: int | None = None
+
+    @property
+    def request_times(self) -> list[np.ndarray]:
+        """Each level's times (``times``), or a ValueError for a per-level table."""
+        if self.times is None:
+            raise ValueError("data: this needs per-request times, not a per-level table")
+        return self.times
 
 
 def _stats_from_times(times: list[np.ndarray], batch: list[int]) -> dict[str, np.ndarray]:
@@ -139,6 +157,9 @@ def _from_requests(
         )
     notes = []
     lv_all = req["level"].to_numpy(dtype=np.float64)
+    start, end = stats.row_times(req)
+    hit = _refusals(req)
+    system_k = queue_cap(start, end, answered, hit, lv_all) if kind == "rate" else None
     refused = np.empty(0)
     if max_refused is not None:
         refused = _refused_levels(req, lv_all, max_refused)
@@ -148,7 +169,9 @@ def _from_requests(
                 "refused with 429 or retried; measure at lower load, or pass max_refused=None "
                 "to fit them anyway"
             )
-        if refused.size and kind == "rate":
+        if refused.size and kind == "rate" and system_k is not None:
+            refused = np.empty(0)  # the M/M/c/K form describes them
+        elif refused.size and kind == "rate":
             notes.append(
                 f"levels {_fmt(refused)}: more than {max_refused:.0%} of their requests were "
                 "refused with 429 or retried; fitted as overloaded (their throughput measures "
@@ -168,7 +191,6 @@ def _from_requests(
         dropped[float(v)] = why
         notes.append(f"level {v:g} left out: {why}")
     ok &= steady
-    start = stats.row_times(req)[0]
     order = np.lexsort((np.nan_to_num(start[ok]), lv_all[ok]))
     lv_ok, val_ok = lv_all[ok][order], values[ok][order]
     cuts = np.searchsorted(lv_ok, levels[1:])
@@ -185,10 +207,33 @@ def _from_requests(
     else:
         table["tokens_mean"] = np.nan
     table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
-    # an open level that refuses requests truncates its queue: its latency is not an M/M/c one
+    table["cv_alone"], table["n_alone"] = _alone_cv(start, end, values, ok, lv_all, levels)
+    if kind == "rate":
+        per = pd.DataFrame({"lv": lv_all, "hit": hit, "t": start, "steady": steady})
+        per = per.groupby("lv")
+        # refusals past the transient: behind a cap, a level starting empty refuses nothing
+        # until its queue has filled
+        calm = per.apply(_refusal_counts)
+        table["n_offered"] = calm["n"].reindex(levels).to_numpy(dtype=np.float64)
+        table["n_refused"] = calm["refused"].reindex(levels).to_numpy(dtype=np.float64)
+        table["vif_refused"] = calm["vif"].reindex(levels).to_numpy(dtype=np.float64)
+        # the arrival rate realised in the level (its sends over their span), so "served less
+        # than offered" is not judged against the Poisson noise of the arrivals
+        span = (per["t"].max() - per["t"].min()).reindex(levels).to_numpy(dtype=np.float64)
+        sent = per.size().reindex(levels).to_numpy(dtype=np.float64)
+        table["offered_rps"] = np.where(span > 0, (sent - 1) / span, np.nan)
+        table["n_sent"] = sent
+    # an open level that refuses requests truncates its queue: its latency is not an M/M/c one,
+    # unless the refusals are a queue cap, which the M/M/c/K form describes
     shed = _refused_levels(req, lv_all, _SHED) if kind == "rate" else refused
-    table["overloaded"] = _overloaded(table, kind, np.union1d(refused, shed))
-    if kind == "rate":  # served less than offered while the latency keeps growing
+    if system_k is not None:
+        shed = np.empty(0)
+        notes.append(
+            f"429s from a queue cap: the server refuses when it holds {system_k} requests (in "
+            "service or waiting); fitted as M/M/c/K with the blocking in the likelihood"
+        )
+    table["overloaded"] = _overloaded(table, kind, np.union1d(refused, shed), system_k)
+    if kind == "rate" and system_k is None:  # served less than offered, latency growing
         # the whole level, transient included: a queue that never stops growing is all transient
         whole = np.isfinite(values) & answered
         growing = np.array(
@@ -198,14 +243,17 @@ def _from_requests(
             ],
             dtype=bool,
         )
-        short = table["throughput_rps"].to_numpy() < table["level"].to_numpy()
-        table["overloaded"] |= growing & short
+        # a stable level near saturation also grows while it fills from empty; overload shows
+        # as a throughput short of the offered rate beyond the arrivals' noise
+        table["overloaded"] |= growing & _short(table, _SIGMAS, 0.0)
     w = table["n"].to_numpy(dtype=np.float64)
     good = np.isfinite(table["think_s"].to_numpy())
     think = float(np.average(table["think_s"][good], weights=w[good])) if good.any() else np.nan
     tok = _mean_col(req, "completion_tokens", ok)
     ptok = _mean_col(req, "prompt_tokens", ok)
-    obs = Observed(kind, metric, table, think, tok, ptok, times, notes, dropped=dropped)
+    obs = Observed(
+        kind, metric, table, think, tok, ptok, times, notes, dropped=dropped, system_k=system_k
+    )
     if "completion_tokens" in req and tok > 0:
         lengths = pd.to_numeric(req["completion_tokens"], errors="coerce").to_numpy(
             np.float64, na_value=np.nan
@@ -216,15 +264,111 @@ def _from_requests(
     return obs
 
 
-def _refused_levels(req: pd.DataFrame, levels: np.ndarray, share: float) -> np.ndarray:
-    """Levels where more than ``share`` of the rows were refused (429) or retried."""
+def _refusal_counts(level: pd.DataFrame) -> pd.Series:
+    """One level's steady rows: how many, how many refused, and the refusals' ``vif``.
+
+    Refusals come in runs (while the queue stays full), so they carry less information than
+    as many independent draws: batch means over send order measure by how much.
+    """
+    hits = level.loc[level["steady"]].sort_values("t")["hit"].to_numpy(dtype=np.float64)
+    n, refused, vif = len(hits), float(hits.sum()), 1.0
+    if 0 < refused < n:
+        se = stats.batch_means(hits)[1]
+        vif = max(se**2 / (hits.var(ddof=1) / n), 1.0)
+    return pd.Series({"n": float(n), "refused": refused, "vif": vif})
+
+
+#: Fewest requests sent into an idle server for their spread to estimate the service CV.
+MIN_ALONE = 20
+
+
+def _alone_cv(
+    start: np.ndarray,
+    end: np.ndarray,
+    values: np.ndarray,
+    ok: np.ndarray,
+    lv_all: np.ndarray,
+    levels: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per level: CV of the times of requests sent while nothing else was in flight, and n.
+
+    Such a request waited for nobody, whatever the number of servers: its time is a service
+    time alone, where a whole level's spread also holds the waits (at 30% load on one server
+    they turn a CV of 0.05 into 0.4).
+    """
+    cv, count = np.full(len(levels), np.nan), np.zeros(len(levels))
+    for i, v in enumerate(levels):
+        here = (lv_all == v) & np.isfinite(start) & np.isfinite(end)
+        s, e = np.sort(start[here]), np.sort(end[here])
+        at = start[here & ok]
+        # in flight at a send: sent before it (itself excluded), not yet ended
+        busy = np.searchsorted(s, at, "left") - np.searchsorted(e, at, "right")
+        t = values[here & ok][busy <= 0]
+        count[i] = len(t)
+        if len(t) >= MIN_ALONE:
+            cv[i] = float(np.std(t, ddof=1) / np.mean(t))
+    return cv, count
+
+
+def _refusals(req: pd.DataFrame) -> np.ndarray:
+    """Rows refused with 429 (``rate_limited``) or retried."""
     hit = np.zeros(len(req), dtype=bool)
     if "error_kind" in req:
         hit |= req["error_kind"].eq("rate_limited").fillna(False).to_numpy(dtype=bool)
     if "attempts" in req:
         hit |= (pd.to_numeric(req["attempts"], errors="coerce") > 1).fillna(False).to_numpy(bool)
-    rates = pd.Series(hit).groupby(levels).mean()
+    return hit
+
+
+def _refused_levels(req: pd.DataFrame, levels: np.ndarray, share: float) -> np.ndarray:
+    """Levels where more than ``share`` of the rows were refused (429) or retried."""
+    rates = pd.Series(_refusals(req)).groupby(levels).mean()
     return rates.index[rates > share].to_numpy(dtype=np.float64)
+
+
+#: Refusals needed to call them a queue cap, and the share of them that must find the same
+#: number of requests held (within one: the client's clock sees sends and ends a little late).
+_CAP_MIN = 10
+_CAP_SHARE = 0.8
+
+
+def queue_cap(
+    start: np.ndarray, end: np.ndarray, ok: np.ndarray, refused: np.ndarray, levels: np.ndarray
+) -> int | None:
+    """The system size K of an open sweep whose 429s come from a queue cap, else None.
+
+    At each refusal, count the admitted requests in flight (sent before, ended after) at its
+    level. A server that refuses when it holds K requests (the M/M/c/K station) shows the same
+    count at almost every refusal; a rate limiter (token buckets) refuses at any count.
+
+    Parameters
+    ----------
+    start, end : numpy.ndarray
+        Per row: send and end times (:func:`llmlat.stats.row_times`).
+    ok : numpy.ndarray
+        Boolean: the row was admitted and answered.
+    refused : numpy.ndarray
+        Boolean: the row was refused (429).
+    levels : numpy.ndarray
+        Per row: its level.
+
+    Returns
+    -------
+    int or None
+        K, when at least :data:`_CAP_MIN` refusals and :data:`_CAP_SHARE` of them agree.
+    """
+    counts = []
+    for v in np.unique(levels[refused]):
+        here = (levels == v) & ok & np.isfinite(start) & np.isfinite(end)
+        s, e = np.sort(start[here]), np.sort(end[here])
+        at = start[refused & (levels == v)]
+        at = at[np.isfinite(at)]
+        counts.append(np.searchsorted(s, at, "right") - np.searchsorted(e, at, "right"))
+    if not counts or sum(len(c) for c in counts) < _CAP_MIN:
+        return None
+    held = np.concatenate(counts)
+    k = int(np.median(held))
+    return k if k >= 1 and np.mean(np.abs(held - k) <= 1) >= _CAP_SHARE else None
 
 
 def _throughput(req: pd.DataFrame, phase: np.ndarray) -> pd.Series:
@@ -253,19 +397,30 @@ _SHORT = 0.02
 _SHED = 0.01
 
 
-def _overloaded(table: pd.DataFrame, kind: str, refused: np.ndarray) -> np.ndarray:
+def _overloaded(
+    table: pd.DataFrame, kind: str, refused: np.ndarray, system_k: int | None = None
+) -> np.ndarray:
     """Open levels past capacity: served clearly less than offered, or refusing.
 
     Their latency describes a queue that grows (or a queue cap), not a steady state; their
-    throughput is the capacity. A closed level is never overloaded (its clients wait).
+    throughput is the capacity. A closed level is never overloaded (its clients wait), nor a
+    level behind a queue cap (the M/M/c/K form describes it).
     """
-    if kind != "rate":
+    if kind != "rate" or system_k is not None:
         return np.zeros(len(table), bool)
+    return _short(table, _SIGMAS, _SHORT) | np.isin(table["level"].to_numpy(np.float64), refused)
+
+
+def _short(table: pd.DataFrame, sigmas: float, share: float) -> np.ndarray:
+    """Open levels served less than offered by ``sigmas`` Poisson errors and ``share``."""
     lam = table["level"].to_numpy(dtype=np.float64)
+    n = table["n"].to_numpy(dtype=np.float64)
+    if "offered_rps" in table:  # the realised arrivals, all of them
+        lam = np.where(np.isfinite(table["offered_rps"]), table["offered_rps"], lam)
+        n = table["n_sent"].to_numpy(dtype=np.float64)
     x = table["throughput_rps"].to_numpy(dtype=np.float64)
-    n = np.fmax(table["n"].to_numpy(dtype=np.float64), 1.0)
-    short = x < lam * (1 - np.fmax(_SIGMAS / np.sqrt(n), _SHORT))
-    return (short & np.isfinite(x)) | np.isin(lam, refused)
+    short = x < lam * (1 - np.fmax(sigmas / np.sqrt(np.fmax(n, 1.0)), share))
+    return short & np.isfinite(x)
 
 
 def latency_levels(obs: Observed) -> Observed:

@@ -326,12 +326,26 @@ class LevelPlan:
         return "warmup" if index < self.warmup or offset_s < self.warmup_s else "measure"
 
 
+#: Arrivals an open-loop level expects by default (see :func:`default_length`).
+OPEN_ARRIVALS = 1000
+#: A closed-loop level's default requests: at least this many, and this many per client.
+CLOSED_REQUESTS = 100
+CLOSED_ROUNDS = 10
+
+
 def default_length(kind: str, value: float) -> tuple[int | None, float | None]:
     """Return the default ``(requests, duration_s)`` of a level: enough for a steady state.
 
-    A closed loop of N workers issues ``max(20, 5 * N)`` requests, so each worker cycles
-    several times; an open loop at rate lambda runs ``max(10, 20 / lambda)`` seconds, so at
-    least about 20 requests arrive. A trace is replayed whole.
+    A closed loop of N workers issues ``max(CLOSED_REQUESTS, CLOSED_ROUNDS * N)`` requests:
+    each worker cycles many times (the first round, all N sent into an empty server, is the
+    start-up transient), and the light levels, where the service time shows alone, hold enough
+    requests to pin it within a few percent. An open loop at rate lambda runs
+    ``max(10, OPEN_ARRIVALS / lambda)`` seconds: an open queue starting empty relaxes to its
+    steady state over about ``rho / (1 - sqrt(rho))^2`` arrivals whatever its number of
+    servers (~340 at 90% load), so a level must see a few times that to be steady near
+    saturation and to show an overload (throughput short of the offered rate) beyond its
+    Poisson noise. A trace is
+    replayed whole.
 
     Parameters
     ----------
@@ -346,9 +360,9 @@ def default_length(kind: str, value: float) -> tuple[int | None, float | None]:
         ``(requests, None)`` or ``(None, duration_s)`` or ``(None, None)`` (whole trace).
     """
     if kind == "concurrency":
-        return max(20, 5 * int(value)), None
+        return max(CLOSED_REQUESTS, CLOSED_ROUNDS * int(value)), None
     if kind == "rate":
-        return None, max(10.0, 20.0 / value)
+        return None, max(10.0, OPEN_ARRIVALS / value)
     return None, None
 
 

@@ -32,6 +32,55 @@ def _log_mmc_pdf(t: np.ndarray, lam: float, mu: float, c: int) -> np.ndarray:
     return np.log(mu) + np.logaddexp(no_wait, waited)
 
 
+def _mmck_mix(lam: float, mu: float, c: int, k: int, tol: float = 1e-10):
+    """M/M/c/K: (departures waited for, weights) of an admitted arrival's response time.
+
+    An admitted arrival finds n < K in the system (probability p_n / (1 - p_K), PASTA) and
+    waits for max(n - c + 1, 0) departures at rate c mu before its own service.
+    """
+    p = q._mmck_states(np.array([float(lam)]), mu, c, k)[0, :-1]
+    w = np.bincount(np.maximum(np.arange(k) - c + 1, 0), weights=p)
+    keep = np.flatnonzero(w > tol * w.max())
+    return keep.astype(np.float64), w[keep] / w[keep].sum()
+
+
+def _mmck_wait(lam: float, p: dict) -> tuple[float, float]:
+    """Behind a queue cap: the probability that an admitted request waits, and its mean wait.
+
+    With the M/M/c/K states: a request that finds j departures to wait for waits j - 1 whole
+    service spells of c servers and the residual of the first, ``(1 + cv^2) / 2`` of a spell
+    for a service law of CV cv (exact for exponential service). Near a full buffer the whole
+    spells dominate, which scaling the whole wait by Allen-Cunneen's factor would not respect.
+    """
+    mu, c = p["mu"], p["c"]
+    m, w = _mmck_mix(lam, mu, c, p["k_sys"])
+    spell = 1.0 / (c * mu)
+    residual = (1.0 + p.get("cv_s", 1.0) ** 2) / 2.0
+    waits = m > 0
+    return float(w[waits].sum()), float(w[waits] @ ((m[waits] - 1.0 + residual) * spell))
+
+
+def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
+    """Response-time quantile of admitted requests behind a queue cap.
+
+    Exponential service: the exact mixture of :func:`_mmck_mix`. A measured service CV: the
+    service law plus an exponential wait with the probability and mean of :func:`_mmck_wait`
+    (as :func:`llmlat.queueing.mgc_response_quantile` does with Allen-Cunneen's).
+    """
+    mu, c, k = p["mu"], p["c"], p["k_sys"]
+    out = np.empty(len(loads))
+    for i, lam in enumerate(loads):
+        m, w = _mmck_mix(lam, mu, c, k)
+        if "cv_s" not in p:
+            cdf = lambda t, m=m, w=w: q.hypoexp_cdf(t[..., None], m, mu, c) @ w  # noqa: E731
+            out[i] = q.invert_cdf(cdf, prob, 1.0 / mu + float(w @ m) / (c * mu))
+            continue
+        pw, wq = _mmck_wait(lam, p)
+        theta = np.array(pw / wq if wq > 0 else 1.0)
+        out[i] = q._service_plus_wait_quantile(np.array(prob), mu, p["cv_s"], np.array(pw), theta)
+    return out
+
+
 @dataclass(frozen=True)
 class Model:
     """One station model; see :data:`MODELS` for the instances.
@@ -66,6 +115,8 @@ class Model:
         p = dict(fixed)
         p.update(zip(self.free, np.exp(theta), strict=True))
         if self.integer:
+            if k is None:
+                raise ValueError(f"{self.integer}: the model needs its integer parameter")
             p[self.integer] = int(k)
         if self.name == "mm1":
             p["c"] = 1
@@ -123,6 +174,8 @@ class Model:
                 busy = np.minimum(ls, p["slots"])
             # mean time decoding in a batch of the mean size; the rest of ``mean`` is waiting
             service = p["tokens"] * (p["t0_s"] + p["t1_s"] * busy ** p["gamma"])
+        elif kind == "rate" and "k_sys" in p:  # a queue cap: M/M/c/K states
+            mean = np.array([_mmck_wait(lam, p)[1] for lam in loads]) + 1.0 / p["mu"]
         elif kind == "rate":
             c, mu = p["c"], p["mu"]
             cv2 = p.get("cv_s", 1.0) ** 2  # Allen-Cunneen with the measured service CV
@@ -133,7 +186,10 @@ class Model:
             x, ls = q._closed_means(loads, p["think_s"], self.rate(p))
             mean = ls / x
         cap = self.capacity(p)
-        out["throughput_rps"] = np.minimum(loads, cap) if kind == "rate" else x
+        if kind == "rate" and "k_sys" in p and self.family == "mmc":
+            out["throughput_rps"] = loads * (1.0 - self.blocking(p, loads))
+        else:
+            out["throughput_rps"] = np.minimum(loads, cap) if kind == "rate" else x
         out["mean_s"] = mean
         for s in stats:
             prob = QUANTILES[s]
@@ -157,7 +213,14 @@ class Model:
         with np.errstate(invalid="ignore"):
             return np.where(np.isfinite(mean), mean + (ratio - 1.0) * service, np.inf)
 
+    @staticmethod
+    def blocking(p: dict, loads: np.ndarray) -> np.ndarray:
+        """Share of arrivals refused by a queue cap at each open-loop rate (M/M/c/K)."""
+        return q.mmck(loads, p["mu"], p["c"], p["k_sys"])["p_block"].to_numpy()
+
     def _quantile(self, p: dict, loads: np.ndarray, kind: str, prob: float) -> np.ndarray:
+        if kind == "rate" and "k_sys" in p:
+            return _mmck_quantile(prob, loads, p)
         # a measured service CV (set only where it is clearly not 1): the general service law
         if "cv_s" in p and (self.name == "mgc" or kind == "rate"):
             return q.mgc_response_quantile(prob, loads, p["mu"], p["c"], p["cv_s"])
@@ -180,8 +243,13 @@ class Model:
         levels = obs.levels["level"].to_numpy()
         c, mu = p["c"], p["mu"]
         parts = []
+        if obs.kind == "rate" and "k_sys" in p:
+            for lam, t in zip(levels, obs.request_times, strict=True):
+                m, w = _mmck_mix(lam, mu, c, p["k_sys"])
+                parts.append(q.hypoexp_mix_logpdf(t, m, w, mu, c))
+            return np.concatenate(parts)
         if obs.kind == "rate":
-            for lam, t in zip(levels, obs.times, strict=True):
+            for lam, t in zip(levels, obs.request_times, strict=True):
                 if lam >= c * mu:
                     parts.append(np.full(t.shape, -1e6))  # unstable: not a steady state
                 else:
@@ -195,7 +263,7 @@ class Model:
                 q._closed_mix([int(n)], mu, c, float(z))[0]
                 for n, z in zip(levels, think, strict=True)
             ]
-        for (m, w), t in zip(mixes, obs.times, strict=True):
+        for (m, w), t in zip(mixes, obs.request_times, strict=True):
             if len(m) == 1:
                 parts.append(q.hypoexp_logpdf(t, m[0], mu, c))
             else:
@@ -209,7 +277,8 @@ class Model:
             return 1, max(int(lv["level"].max()), 1)
         # open loop: busy servers ~ lam * service time; 4x that is a queue-free station
         busy = float(lv["level"].max() * np.nanmin(lv["mean_s"]))
-        return 1, max(int(np.ceil(4 * busy)), 8)
+        hi = max(int(np.ceil(4 * busy)), 8)
+        return 1, hi if obs.system_k is None else min(hi, obs.system_k)
 
     def start(self, k: int | None, obs: Observed, fixed: dict) -> np.ndarray:
         """Starting values of the log-scale continuous parameters."""
@@ -219,9 +288,9 @@ class Model:
             means = lv["p50_s"].to_numpy() / np.log(2)
         if self.family == "batch":
             return self._batch_start(lv["level"].to_numpy(), means, k, fixed)
-        c = 1 if self.name == "mm1" else int(k)
+        c = 1 if self.name == "mm1" or k is None else int(k)
         mu = 1.0 / float(np.nanmin(means))
-        if obs.kind == "rate":
+        if obs.kind == "rate" and obs.system_k is None:
             mu = max(mu, 1.2 * float(lv["level"].max()) / c)
         theta = [np.log(mu)]
         if "think_s" in self.free:

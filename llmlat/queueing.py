@@ -545,13 +545,7 @@ def mmck(lam: ArrayLike, mu: float, c: int, k: int) -> pd.DataFrame:
 def _mmck(lam_arr: np.ndarray, mu: float, c: int, k: int) -> Columns:
     """Compute the columns of :func:`mmck`, unvalidated."""
     n = np.arange(k + 1)
-    servers = np.minimum(np.maximum(n, 1), c)
-    log_rate = np.concatenate([[0.0], np.cumsum(np.log(mu * servers[1:]))])
-    with np.errstate(divide="ignore"):
-        logw = n[None, :] * np.log(lam_arr)[:, None] - log_rate[None, :]
-    logw[:, 0] = 0.0
-    p = np.exp(logw - logw.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
+    p = _mmck_states(lam_arr, mu, c, k)
     block = p[:, -1]
     x = lam_arr * (1.0 - block)
     ls = p @ n
@@ -1150,3 +1144,15 @@ def littles_law(
     if throughput is None:
         return _arr(in_system) / _arr(response_s)
     return _arr(in_system) / _arr(throughput)
+
+
+def _mmck_states(lam: np.ndarray, mu: float, c: int, k: int) -> np.ndarray:
+    """M/M/c/K: probabilities of 0..k in the system (one row per arrival rate), in log space."""
+    n = np.arange(k + 1)
+    servers = np.minimum(np.maximum(n, 1), c)
+    log_rate = np.concatenate([[0.0], np.cumsum(np.log(mu * servers[1:]))])
+    with np.errstate(divide="ignore"):
+        logw = n[None, :] * np.log(lam)[:, None] - log_rate[None, :]
+    logw[:, 0] = 0.0
+    p = np.exp(logw - logw.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)

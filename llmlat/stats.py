@@ -10,9 +10,13 @@ Definitions (per level of one sweep):
   empty server at once; the first N completions of the level (warmup rows included) belong to
   that start-up. An open-loop level's start-up is cut by MSER-5 on the latencies in send order
   (batches of 5; the truncation point that minimises the standard error of the remaining mean,
-  searched over the first half). Measured rows in the transient are marked ``"transient"`` by
-  :func:`phases`; they stay in the data, count in ``n`` and the error rates, and are left out of
-  every latency statistic and of the fits.
+  searched over the first half), only when the part cut is faster on average than the rest (a
+  queue that starts empty starts fast; cutting an early burst of slow requests biases low),
+  on the answered rows' latencies; every row sent before the first kept one is transient, its
+  refusals too (a capped queue refuses nothing until it has filled).
+  Measured rows in the transient are marked ``"transient"`` by :func:`phases`; they stay in the
+  data, count in ``n`` and the error rates, and are left out of every latency statistic and of
+  the fits.
 - **Steady window** (:func:`steady_window`): from the later of the level's first completion and
   the end of its transient, to its last send (after which the level drains with fewer requests
   in flight). **Throughput** is the ok completions ending inside it (rows of every phase: a
@@ -208,7 +212,8 @@ def transient_mask(
     level : float
         Its value (the number of clients of a closed-loop level).
     start, end, latency : numpy.ndarray
-        Per row of the level, all phases (see :func:`row_times`).
+        Per row of the level, all phases (see :func:`row_times`); ``latency`` NaN for rows
+        that say nothing of the queue (refused, failed).
     measured : numpy.ndarray
         Boolean: the row is not a warmup row.
 
@@ -229,7 +234,13 @@ def transient_mask(
     elif kind == "rate":
         idx = np.flatnonzero(measured & np.isfinite(latency) & np.isfinite(start))
         idx = idx[np.argsort(start[idx], kind="stable")]
-        cut[idx[: mser5(latency[idx])]] = True
+        d = mser5(latency[idx])
+        # a level starting empty starts with short latencies; MSER also "cuts" an early burst
+        # of long ones (it lowers the remaining variance), which would bias the mean low
+        if d and latency[idx[:d]].mean() < latency[idx[d:]].mean():
+            # every row sent before the first kept one (refusals too: a capped queue refuses
+            # nothing until it has filled)
+            cut = np.isfinite(start) & (start < start[idx[d]])
     return cut & measured
 
 
@@ -255,7 +266,8 @@ def phases(requests: pd.DataFrame) -> np.ndarray:
     if not n or "level" not in requests.columns:
         return out
     start, end = row_times(requests)
-    latency = column(requests, "latency_s")
+    # answered rows only: a refusal's latency says nothing of the queue's state
+    latency = np.where(ok_mask(requests), column(requests, "latency_s"), np.nan)
     keys = [k for k in ("run_id", "level_kind", "level") if k in requests.columns]
     for key, idx in requests.groupby(keys, sort=False, dropna=False).indices.items():
         values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))

@@ -16,7 +16,7 @@ def test_defaults_and_views():
     assert isinstance(config.target(), Target) and isinstance(config.retry_policy(), RetryPolicy)
     assert config.target("http://127.0.0.1:9").url == "http://127.0.0.1:9"
     assert [p.workers for p in config.plans()] == [1, 10]
-    assert [p.requests for p in config.plans()] == [20, 50]  # enough for a steady state
+    assert [p.requests for p in config.plans()] == [100, 100]  # enough for a steady state
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.seed = 3  # type: ignore[misc]
     assert config.replace(seed=3).seed == 3 and config.seed == 0

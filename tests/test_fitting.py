@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import llmlat
-from llmlat import datasets
+from llmlat import datasets, queueing
 from llmlat._synth import (
     batch_closed_requests,
     mgc_sweep,
@@ -389,19 +389,34 @@ def test_maximum_likelihood_on_binned_times_matches_every_time(monkeypatch):
     assert binned.llf == pytest.approx(exact.llf, rel=1e-4)  # reported on every request
 
 
-def test_open_levels_that_shed_load_measure_capacity_by_their_throughput():
+def test_refusals_from_a_queue_cap_are_fitted_as_mmck_with_the_blocking():
     # an exact M/M/4 (mu = 2) with room for 6 waiting: past capacity it refuses with 429
     c, mu = 4, 2.0
     rates = [f * c * mu for f in (0.3, 0.6, 0.8, 1.5)]
-    data = mgc_sweep("rate", rates, mu, c, queue_cap=6, seed=31, length=30)
+    data = mgc_sweep("rate", rates, mu, c, queue_cap=6, seed=31)
     res = fit(data, model="mmc")
     assert res.params["c"] == c and res.params["mu"] == pytest.approx(mu, rel=0.05)
-    # the shedding level is kept as evidence of capacity, never as a lower bound on it
+    assert any("queue cap" in note and "10 requests" in note for note in res.notes)
+    # the refusing level is a steady M/M/c/K level: its latency is fitted, and its throughput
+    # is lambda (1 - P_block), not a bound pushing capacity above the offered rate
+    assert not res.levels["overloaded"].any()
+    predicted = res.predict([1.5 * c * mu], kind="rate")["throughput_rps"].iloc[0]
+    truth = queueing.mmck(1.5 * c * mu, mu, c, c + 6)["throughput_rps"].iloc[0]
+    assert predicted == pytest.approx(truth, rel=0.05) and predicted < res.capacity_rps
+    ci = res.conf_int()
+    assert ci.loc["mu", "lower"] <= mu <= ci.loc["mu", "upper"]
+
+
+def test_an_open_level_past_capacity_measures_it_by_its_throughput():
+    c, mu = 4, 2.0
+    rates = [f * c * mu for f in (0.3, 0.6, 0.8, 1.5)]
+    data = mgc_sweep("rate", rates, mu, c, seed=31)
+    res = fit(data, model="mmc")
+    assert res.params["c"] == c and res.params["mu"] == pytest.approx(mu, rel=0.05)
+    # the growing level is kept as evidence of capacity, never as a lower bound on it
     assert res.levels.loc[1.5 * c * mu, "overloaded"]
-    # light levels refuse nothing and are fitted by their latency; 0.8 c mu sheds ~2%
-    assert not res.levels["overloaded"].iloc[:2].any()
+    assert not res.levels["overloaded"].iloc[:3].any()
     assert res.levels.loc[1.5 * c * mu, "throughput_rps"] == pytest.approx(c * mu, rel=0.1)
-    assert any("overloaded" in note and "429" in note for note in res.notes)
     assert compare(data, ["mmc"]).loc["mmc", "capacity_rps"] == pytest.approx(c * mu, rel=0.05)
     ci = res.conf_int()
     assert ci.loc["mu", "lower"] <= mu <= ci.loc["mu", "upper"]
@@ -438,3 +453,13 @@ def test_a_near_constant_server_gets_its_own_service_law_not_the_exponential():
     measured = data.loc[data["level"] == 1, "latency_s"].quantile(0.95)
     assert res.predict([1])["latency_p95_s"].iloc[0] == pytest.approx(measured, rel=0.2)
     assert any("service-time CV" in note for note in res.notes)
+
+
+def test_a_model_that_does_not_fit_says_so():
+    batching = batch_closed_requests([1, 2, 4, 8, 16, 32], 8, 0.02, 0.002, 40, n=300, warmup=0)
+    wrong = fit(batching, model="mmc")
+    assert any(n.startswith("warning: 'mmc' does not fit") for n in wrong.notes)
+    right = fit(batching, model="batch")
+    exact = fit(mgc_sweep("concurrency", [1, 2, 4, 6, 8, 12], 2.0, 4, seed=3), model="mmc")
+    for res in (right, exact):
+        assert not any("does not fit" in n for n in res.notes)

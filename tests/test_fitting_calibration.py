@@ -15,29 +15,57 @@ from llmlat._synth import mgc_sweep
 
 C, MU = 4, 2.0
 LEVELS = [1, 2, 4, 6, 8, 12]
-SEEDS = range(1000, 1005)
+RATES = [f * C * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+SEEDS = range(1000, 1006)
 
 
-@pytest.fixture(scope="module")
-def closed_fits():
-    return [llmlat.fit(mgc_sweep("concurrency", LEVELS, MU, C, seed=s), model="mmc") for s in SEEDS]
+def _cover(fits, name: str, truth: float) -> float:
+    cis = [f.conf_int() for f in fits]
+    return float(np.mean([ci.loc[name, "lower"] <= truth <= ci.loc[name, "upper"] for ci in cis]))
 
 
-def test_closed_mmc_intervals_hold_the_truth_and_c_is_found(closed_fits):
-    cis = [f.conf_int() for f in closed_fits]
-    c_cover = np.mean([ci.loc["c", "lower"] <= C <= ci.loc["c", "upper"] for ci in cis])
-    mu_cover = np.mean([ci.loc["mu", "lower"] <= MU <= ci.loc["mu", "upper"] for ci in cis])
-    # 95% intervals: 5 of 5 is expected, 4 of 5 happens (p ~ 0.2); 3 of 5 would be a defect
-    assert c_cover >= 0.8 and mu_cover >= 0.8
-    assert np.mean([f.params["c"] == C for f in closed_fits]) >= 0.6
-    errors = [abs(f.params["mu"] / MU - 1) for f in closed_fits]
-    assert np.median(errors) <= 0.08
+def _sweep(kind: str, seed: int):
+    if kind == "closed":
+        return mgc_sweep("concurrency", LEVELS, MU, C, seed=seed)
+    return mgc_sweep("rate", RATES, MU, C, queue_cap=2 * C if kind == "cap" else None, seed=seed)
 
 
-def test_plans_from_those_fits_do_not_break_their_target(closed_fits):
+@pytest.fixture(scope="module", params=["closed", "open", "cap"])
+def fits(request):
+    return request.param, [llmlat.fit(_sweep(request.param, s), model="mmc") for s in SEEDS]
+
+
+def test_c_is_found_and_intervals_hold_the_truth(fits):
+    _, fits = fits
+    # the benchmark finds c in 20 of 20 seeds for these cells, and mu's 95% interval holds
+    # the truth in 85-100% of them (closed: 85%): 3 of 6 or fewer would be a defect (p < 1%)
+    assert np.mean([f.params["c"] == C for f in fits]) >= 5 / 6
+    assert _cover(fits, "c", C) >= 5 / 6 and _cover(fits, "mu", MU) > 3 / 6
+    # median error: the benchmark's is 1-3.5% for these cells
+    assert np.median([abs(f.params["mu"] / MU - 1) for f in fits]) <= 0.05
+
+
+def test_refusals_are_blocking_behind_a_cap_and_capacity_past_it(fits):
+    kind, fits = fits
+    if kind == "closed":
+        return
+    if kind == "open":  # the overloaded level measures capacity by its throughput
+        assert all(f.levels.loc[RATES[-1], "overloaded"] for f in fits)
+        return
+    assert all(any("queue cap" in n for n in f.notes) for f in fits)
+    # the admitted rate lambda (1 - P_block) where 20% are refused: the truth's within 3%
+    top = [f.predict([RATES[-1]], kind="rate")["throughput_rps"].iloc[0] for f in fits]
+    truth = queueing.mmck(RATES[-1], MU, C, 3 * C)["throughput_rps"].iloc[0]
+    np.testing.assert_allclose(top, truth, rtol=0.03)
+
+
+def test_plans_from_those_fits_do_not_break_their_target(fits):
+    kind, fits = fits
+    if kind != "closed":
+        return
     # target: the true p95 at 70% of capacity; the plan's concurrency must meet it for real
     target = float(np.ravel(queueing.mmc_response_quantile(0.95, 0.7 * C * MU, MU, C))[0])
-    for f in closed_fits:
+    for f in fits:
         plan = f.plan(p95=target)
         assert plan.feasible and plan.concurrency is not None
         true = queueing.closed_mmc_response_quantile(0.95, np.array([plan.concurrency]), MU, C, 0.0)

@@ -108,8 +108,8 @@ def test_closed_loop_plan_has_a_steady_state_default_and_warmup():
     plans = plan_levels(concurrency=[1, 10, 100], warmup=3)
     assert [p.kind for p in plans] == ["concurrency"] * 3
     assert [p.workers for p in plans] == [1, 10, 100]
-    assert [p.total() for p in plans] == [23, 53, 503]
-    assert default_length("concurrency", 100) == (500, None)
+    assert [p.total() for p in plans] == [103, 103, 1003]
+    assert default_length("concurrency", 100) == (1000, None)
     assert [plans[0].phase(i, 0.0) for i in range(4)] == ["warmup"] * 3 + ["measure"]
 
 
@@ -121,10 +121,10 @@ def test_open_loop_plan_uses_distinct_seeded_streams_per_level():
     np.testing.assert_array_equal(plans[1].schedule.offsets_s, again[1].schedule.offsets_s)
 
 
-def test_open_loop_default_runs_long_enough_for_twenty_requests():
+def test_open_loop_default_runs_long_enough_for_a_thousand_arrivals():
     (plan,) = plan_levels(rate=0.5, arrival="constant")
-    assert default_length("rate", 0.5) == (None, 40.0)
-    assert len(plan.schedule) == 20
+    assert default_length("rate", 0.5) == (None, 2000.0)
+    assert len(plan.schedule) == 1000
     (plan,) = plan_levels(rate=10, duration_s=2.0, warmup_s=1.0, arrival="constant")
     assert len(plan.schedule) == 30
     assert plan.phase(9, plan.schedule.offsets_s[9]) == "warmup"

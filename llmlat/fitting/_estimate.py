@@ -79,10 +79,50 @@ class _Problem:
                 ratio = np.where(np.isfinite(ratio), ratio, 1.0)
                 self.y, self.se = self.y * ratio, self.se * ratio
             self.se = np.concatenate([self.se, self.se_over])
-        self.nobs = len(lv) if method == "wls" else int(sum(len(t) for t in obs.times))
+        self.nobs = len(lv) if method == "wls" else sum(len(t) for t in obs.request_times)
         self.nobs += len(self.x_over)
         if method == "ml":
             self.binned, self.weights = _bin_times(obs)
+        # behind a queue cap every level's refusals are binomial draws of the blocking share;
+        # that share depends on the service law (M/D/1/3 blocks far less than M/M/1/3), so a
+        # measured non-exponential service leaves the refusals out and the latency speaks
+        self.blocked = "k_sys" in fixed and "n_refused" in lv and "cv_s" not in fixed
+        if self.blocked:
+            self.n_off = lv["n_offered"].to_numpy(dtype=np.float64)
+            self.n_ref = lv["n_refused"].to_numpy(dtype=np.float64)
+            vif = lv["vif_refused"].to_numpy(dtype=np.float64) if "vif_refused" in lv else None
+            self.info_ref = _information(obs) if vif is None else 1.0 / np.fmax(vif, 1.0)
+            self.nobs += len(lv)
+            if method == "wls":  # deviance residuals are standardised already
+                self.se = np.concatenate([self.se, np.ones(len(lv))])
+
+    def _block_llobs(self, p: dict) -> np.ndarray:
+        """Per level: the binomial log-likelihood of its refusals (quasi: weighted by 1/vif).
+
+        The refusals' own ``vif`` (runs while the queue stays full), else the latencies'.
+        """
+        if not self.blocked:
+            return np.empty(0)
+        pb = np.clip(self.model.blocking(p, self.loads), 1e-300, 1.0 - 1e-16)
+        ll = self.n_ref * np.log(pb) + (self.n_off - self.n_ref) * np.log1p(-pb)
+        return self.info_ref * ll
+
+    def _block_resid(self, p: dict) -> np.ndarray:
+        """Per level: the refused share's deviance residual (least squares)."""
+        if not self.blocked:
+            return np.empty(0)
+        pb = np.clip(self.model.blocking(p, self.loads), 1e-300, 1.0 - 1e-16)
+        share = self.n_ref / self.n_off
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dev = 2 * (
+                np.where(share > 0, self.n_ref * np.log(share / pb), 0.0)
+                + np.where(
+                    share < 1,
+                    (self.n_off - self.n_ref) * np.log((1 - share) / (1 - pb)),
+                    0.0,
+                )
+            )
+        return np.sign(share - pb) * np.sqrt(np.fmax(dev, 0.0) * self.info_ref)
 
     def _over_resid(self, p: dict) -> np.ndarray:
         """Standardised residuals of the overloaded levels' throughput: min(lambda, capacity)."""
@@ -102,7 +142,7 @@ class _Problem:
         think = p.get("level_think_s")
         pred = self.model.predict(p, self.loads, self.obs.kind, (self.stat,), think)
         r = (self.y - pred[f"{self.stat}_s"]) / self.se[: len(self.y)]
-        r = np.concatenate([r, self._over_resid(p)])
+        r = np.concatenate([r, self._over_resid(p), self._block_resid(p)])
         return np.where(np.isfinite(r), r, 1e6)
 
     def llf(self, theta: np.ndarray, k: int | None) -> float:
@@ -111,7 +151,7 @@ class _Problem:
             if self.method == "ml":
                 p = self.params(theta, k)
                 v = float(self.weights @ self.model.loglikeobs(p, self.binned))
-                v += float(np.sum(self._over_llobs(p)))
+                v += float(np.sum(self._over_llobs(p))) + float(np.sum(self._block_llobs(p)))
             else:
                 r = self._resid(theta, k)
                 s2 = max(float(np.mean(r**2)), 1e-16)
@@ -126,7 +166,7 @@ class _Problem:
             def ml(th):
                 p = self.params(th, k)
                 lat = self.weights * self.model.loglikeobs(p, self.binned)
-                return np.concatenate([lat, self._over_llobs(p)])
+                return np.concatenate([lat, self._over_llobs(p), self._block_llobs(p)])
 
             return ml
 
@@ -141,14 +181,14 @@ class _Problem:
         """Log-likelihood of every request (maximum likelihood works on binned times)."""
         if self.method != "ml":
             return float(np.sum(self.llobs_full(k)(theta)))
-        info = np.repeat(_information(self.obs), [len(t) for t in self.obs.times])
+        info = np.repeat(_information(self.obs), [len(t) for t in self.obs.request_times])
         p = self.params(theta, k)
         lat = float(info @ self.model.loglikeobs(p, self.obs))
-        return lat + float(np.sum(self._over_llobs(p)))
+        return lat + float(np.sum(self._over_llobs(p))) + float(np.sum(self._block_llobs(p)))
 
     def lower_bound(self, k: int | None) -> float:
         """Smallest log mu for which an open M/M/c is stable at every level."""
-        if self.obs.kind != "rate" or self.model.family != "mmc":
+        if self.obs.kind != "rate" or self.model.family != "mmc" or "k_sys" in self.fixed:
             return -np.inf
         c = 1 if self.model.name == "mm1" else k
         return float(np.log(self.loads.max() / c)) + 1e-9
@@ -181,6 +221,10 @@ class _Problem:
         if "join_steps" in self.model.free:  # waiting for the next step: at most one step
             i = self.model.free.index("join_steps")
             lower[i], upper[i] = np.log(1e-3), 0.0
+        if "t1_s" in self.model.free:  # log t1 runs off to -inf when the step time is flat
+            i = self.model.free.index("t1_s")
+            base = float(np.nanmin(self.obs.levels["mean_s"])) / self.fixed["tokens"]
+            lower[i] = np.log(1e-4 * base)
         if "think_s" in self.model.free:  # log Z runs off to -inf when the data have no think
             i = self.model.free.index("think_s")
             means = self.obs.levels["mean_s"]
@@ -258,7 +302,7 @@ def _information(obs: Observed) -> np.ndarray:
 
 def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
     times, weights = [], []
-    for t, info in zip(obs.times, _information(obs), strict=True):
+    for t, info in zip(obs.request_times, _information(obs), strict=True):
         if len(t) <= 2 * _BINS:
             times.append(t)
             weights.append(np.full(len(t), info))
@@ -366,7 +410,7 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
             coarse_prob = _Problem(model, problem.all, "wls", "mean", problem.fixed)
             coarse = _profile(coarse_prob, lo, hi)
             k0 = max(coarse, key=lambda j: coarse[j][1])
-            _check_saturation(model, problem.all, coarse, hi)
+            # saturation is judged on the full likelihood (the walk reaches hi when it must)
             cache = _walk(problem, k0, lo, hi, {j: v[0] for j, v in coarse.items()})
         else:
             cache = _profile(problem, lo, hi, candidates)
@@ -404,7 +448,9 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
         r = problem._resid(theta, k)
         start = np.append(theta, 0.5 * np.log(max(float(np.mean(r**2)), 1e-16)))
         names.append("log_scale")
-    nobs = problem.nobs if problem.method == "wls" else len(problem.weights) + len(problem.x_over)
+    nobs = problem.nobs
+    if problem.method == "ml":
+        nobs = len(problem.weights) + len(problem.x_over) + problem.blocked * len(problem.loads)
     mod = _Likelihood(problem.llobs_full(k), nobs, names)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -53,23 +54,111 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
             fixed["gamma"] = 1.0 if gamma is None else float(gamma)
+    if model.family == "mmc" and obs.system_k is not None:
+        fixed["k_sys"] = obs.system_k
     if model.family == "mmc":
         given = cv_s is not None
         if not given:
-            lv = obs.levels.iloc[0]
-            cv_s = float(lv["std_s"] / lv["mean_s"])
+            cv_s, n_cv = _light_cv(obs)
             if not np.isfinite(cv_s) and model.name == "mgc":
                 raise ValueError("cv_s: the data has no spread at the lightest level; pass cv_s")
-        if np.isfinite(cv_s) and (
-            model.name == "mgc" or given or _not_exponential(cv_s, obs.levels["n"].iloc[0])
-        ):
+        if np.isfinite(cv_s) and (model.name == "mgc" or given or _not_exponential(cv_s, n_cv)):
             fixed["cv_s"] = float(cv_s)
             if not given:
                 notes.append(
-                    f"service-time CV {cv_s:.3g} taken from the lightest level; quantiles "
+                    f"service-time CV {cv_s:.3g} taken from the lightest level (requests sent "
+                    "into an idle server where there are enough); quantiles "
                     "use that service law (M/G/c), not the exponential one"
                 )
     return fixed, notes
+
+
+def _open_vif(obs: Observed, p: dict) -> Observed | None:
+    """``obs`` with each open level's ``vif`` at least the station's own, else None.
+
+    The mean wait of an open queue near saturation is correlated over far more requests than
+    a level's batch means span (a level of a few thousand requests at 90% load: batch means
+    see about a tenth of the variance). In heavy traffic the mean number in an M/M/1 queue has
+    asymptotic variance ``2 rho (1 + rho) / (1 - rho)^4`` times its time unit squared (Whitt,
+    *Planning queueing simulations*, 1989), that is a variance inflation of about
+    ``2 rho (1 + rho) / (1 - rho)^2`` over independent draws; only the waiting part of a
+    response time carries it, so it is scaled by the probability of waiting (Erlang C).
+    Behind a queue cap a level past capacity hovers near a full queue for as long: its
+    latency counts for little, its refusals (binomial, their own batch means) for more.
+    """
+    if obs.kind != "rate" or obs.times is None or "vif" not in obs.levels:
+        return None
+    from llmlat import queueing
+
+    lam = obs.levels["level"].to_numpy(dtype=np.float64)
+    rho = np.clip(lam / (p["c"] * p["mu"]), 0.0, 0.995)
+    wait = queueing.erlang_c(p["c"], rho * p["c"])
+    model = 1.0 + wait * 2.0 * rho * (1.0 + rho) / (1.0 - rho) ** 2
+    vif = obs.levels["vif"].to_numpy(dtype=np.float64)
+    new = np.fmax(np.where(np.isfinite(vif), vif, 1.0), model)
+    if np.all(new <= 1.2 * np.where(np.isfinite(vif), vif, 1.0)):
+        return None
+    levels = obs.levels.copy()
+    grow = np.sqrt(new / np.where(np.isfinite(vif) & (vif > 0), vif, 1.0))
+    for col in [c for c in levels if c.startswith("se_")]:
+        levels[col] = levels[col] * grow
+    levels["vif"] = new
+    return replace(obs, levels=levels)
+
+
+#: A fit whose level means miss by more than this chi-square quantile says no model fits.
+_MISFIT_LEVEL = 0.999
+
+
+def _misfit(problem: _Problem, p: dict) -> list[str]:
+    """Return a warning note when the level means lie beyond their intervals around the fit.
+
+    Each level's mean is compared with the prediction in units of its own standard error
+    (batch means, so correlation is counted); their sum of squares against the chi-square law
+    with the levels less the parameters as degrees of freedom. Refitting cannot help: the
+    station is not of this form (or the levels are not steady).
+    """
+    lv = problem.obs.levels
+    dof = len(lv) - len(problem.model.free) - (problem.model.integer is not None)
+    if dof < 1 or "se_mean_s" not in lv:
+        return []
+    think = p.get("level_think_s")
+    loads = lv["level"].to_numpy(dtype=np.float64)
+    pred = problem.model.predict(p, loads, problem.obs.kind, ("mean",), think)["mean_s"]
+    y, se = lv["mean_s"].to_numpy(dtype=np.float64), lv["se_mean_s"].to_numpy(dtype=np.float64)
+    if problem.model.family == "batch" and problem.obs.kind == "concurrency":
+        y, se = problem.y, problem.se[: len(y)]  # at the run's mean output length
+    z = (y - pred) / se
+    good = np.isfinite(z)
+    if not good.any():
+        return []
+    from scipy import stats as sps
+
+    stat = float(np.sum(z[good] ** 2))
+    if stat <= sps.chi2.ppf(_MISFIT_LEVEL, dof):
+        return []
+    worst = ", ".join(
+        f"{v:g} ({d:+.1f} se)"
+        for v, d in sorted(zip(loads[good], z[good], strict=True), key=lambda t: -abs(t[1]))[:3]
+    )
+    return [
+        f"warning: {problem.model.name!r} does not fit these data: the level means lie beyond "
+        f"their intervals around the fitted curve (chi-square {stat:.3g} on {dof} df; worst "
+        f"levels {worst}). Treat its parameters and plans with caution; compare other models "
+        "or check that every level reached a steady state"
+    ]
+
+
+def _light_cv(obs: Observed) -> tuple[float, float]:
+    """Service-time CV at the lightest level and its sample size.
+
+    From the requests sent into an idle server when there are enough of them (their time is
+    a service time alone), else from the whole level (waits included: an upper bound).
+    """
+    lv = obs.levels.iloc[0]
+    if "cv_alone" in obs.levels and np.isfinite(lv["cv_alone"]):
+        return float(lv["cv_alone"]), float(lv["n_alone"])
+    return float(lv["std_s"] / lv["mean_s"]), float(lv["n"])
 
 
 def _not_exponential(cv: float, n: float) -> bool:
@@ -105,8 +194,8 @@ def _dropped_text(obs: Observed) -> str:
     why = ", ".join(f"{v:g} ({r})" for v, r in sorted(obs.dropped.items()))
     above = [v for v in obs.dropped if v > kept.max()]
     top = min(above) if above else 4 * kept.max()
-    add = np.unique(np.round(np.geomspace(kept.max(), top, 5)[1:-1], 2 if top < 10 else 0))
-    add = [v for v in add if v not in kept and v not in obs.dropped]
+    grid = np.unique(np.round(np.geomspace(kept.max(), top, 5)[1:-1], 2 if top < 10 else 0))
+    add = [v for v in grid if v not in kept and v not in obs.dropped]
     hint = f"; add levels between {kept.max():g} and {top:g}, e.g. " if add else ""
     return f" (left out: {why}{hint}{', '.join(f'{v:g}' for v in add)})"
 
@@ -231,14 +320,21 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
     length times a step time, far less variable than an exponential service. So when the
     lightest level's CV is that of an exponential law, only the M/M/c family is ranked.
     """
-    names = None
+    # "closed" estimates a think time the data did not measure; here they did
+    skip = {"closed"} if np.isfinite(obs.think_s) else set()
+    why = []
+    if obs.system_k is not None:
+        why.append("the 429s come from a queue cap, which the batching model does not describe")
     if obs.times is not None and opts["cv_s"] is None:
-        light = obs.levels.iloc[0]
-        cv = float(light["std_s"] / light["mean_s"])
-        if np.isfinite(cv) and not _not_exponential(cv, light["n"]):
-            # "closed" estimates a think time the data did not measure; here they did
-            skip = {"batch", "closed"} if np.isfinite(obs.think_s) else {"batch"}
-            names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
+        cv, n_cv = _light_cv(obs)
+        if np.isfinite(cv) and not _not_exponential(cv, n_cv):
+            why.append(
+                f"service-time CV {cv:.2g} at the lightest level, as for exponential service "
+                "(batching gives near-constant service per output length)"
+            )
+    if why:
+        skip.add("batch")
+    names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
     table, fits = _compare(obs, names, stat, opts)
     ok = table[table["aic"].notna()]
     if ok.empty:
@@ -267,11 +363,8 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
         )
     else:
         res.notes.append(f"model chosen by AIC among {', '.join(ok.index)}")
-    if names is not None:
-        res.notes.append(
-            f"service-time CV {cv:.2g} at the lightest level, as for exponential service: "
-            "batching (near-constant service per output length) not considered"
-        )
+    if why:
+        res.notes.append(f"batching not considered: {'; '.join(why)}")
     return res
 
 
@@ -285,7 +378,14 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
         notes.append("service not exponential: fitted by least squares on the level means")
     _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
-    res = FitResult(problem, _estimate(problem), list(obs.notes) + notes)
+    est = _estimate(problem)
+    floor = _open_vif(obs, est.p) if model.family == "mmc" else None
+    if floor is not None:
+        # an open queue's consecutive waits are correlated for longer than a level's batches
+        # can see: refit with the model's own variance inflation as the floor
+        problem = _Problem(model, floor, meth, stat, fixed)
+        est = _estimate(problem)
+    res = FitResult(problem, est, list(obs.notes) + notes + _misfit(problem, est.p))
     if model.family != "batch" or len(obs.levels) < 7:
         return res
     if opts["gamma"] is not None:
@@ -376,6 +476,7 @@ def compare(
     if bad:
         raise ValueError(f"options: unknown option(s) {', '.join(sorted(bad))}")
     refused = _max_refused(options.pop("max_refused", MAX_REFUSED))
-    obs = observe(data, metric, options.pop("level_kind", None), refused)
+    kind = options.pop("level_kind", None)
+    obs = observe(data, metric, None if kind is None else str(kind), refused)
     opts = {k: options.get(k) for k in ("think_s", "tokens", "gamma", "cv_s")}
     return _compare(obs, models, stat, opts)[0]

@@ -435,7 +435,7 @@ class FitResult:
             lv = self.levels.index.to_numpy(dtype=np.float64)
             if kind == "concurrency":
                 top = 2 * lv.max() if self.kind == "concurrency" else 2 * self.capacity_rps
-                grid = np.round(np.geomspace(1, max(top, 2), n))
+                grid: np.ndarray = np.round(np.geomspace(1, max(top, 2), n))
             else:
                 grid = np.linspace(0.0, 0.98 * self.capacity_rps, n)[1:]
             if kind == self.kind:
