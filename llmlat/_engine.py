@@ -109,6 +109,7 @@ class Sweeper:
         self._retry = cfg.retry_policy()
         self._model = cfg.model
         self._fail_fast = FailFast()
+        self._payload = payload  # shards (llmlat._shard) receive it as given
         self._payload_of = _payload_source(payload, cfg.api, self._plans)
         self._payload_summary = _payload_summary(payload)
         # issue 11: checked before anything is sent, so a bad path never costs a run
@@ -144,6 +145,7 @@ class Sweeper:
         self._level_ok = 0
         self._level_latencies: list[float] = []
         self._last_postfix = 0.0
+        self._coordinator: Any = None  # a sharded sweep's llmlat._shard.Coordinator
 
     # ------------------------------------------------------------------ public
 
@@ -153,6 +155,8 @@ class Sweeper:
         Safe to call from any thread.
         """
         self._stopping = True
+        if self._coordinator is not None:
+            self._coordinator.stop()
         loop = self._loop
         if loop is not None and not loop.is_closed():
             if _in_loop_thread(loop):
@@ -169,6 +173,8 @@ class Sweeper:
             Finished requests (in ``request_id`` order), their attempts, the levels done and
             the run's metadata (``meta["interrupted"]`` tells whether the run was cut short).
         """
+        if self._coordinator is not None:
+            return self._coordinator.result()
         done = [r for r in self._issued if r.request_id not in self._unfinished]
         meta = {**self._meta, "interrupted": self._interrupted}
         return SweepResult(
@@ -241,6 +247,11 @@ class Sweeper:
             "interrupted": False,
             "payload_summary": self._payload_summary,
         }
+        if cfg.shard_cluster() is not None:  # shards in processes or on Ray, merged here
+            from llmlat._shard import Coordinator
+
+            self._coordinator = Coordinator(self, url)
+            return await self._coordinator.run()
         if self._save is not None:
             self._writer = DatasetWriter(
                 self._save, dict(self._meta), overwrite=self.config.overwrite
@@ -366,7 +377,7 @@ class Sweeper:
         self, plan: LevelPlan, index: int, t_scheduled: float, offset_s: float, worker: int | None
     ) -> Record:
         """Make the row of a request about to be sent: issued, it is a row whatever happens."""
-        request_id = len(self._issued)
+        request_id = self._request_id(index)
         record = Record(
             self._run_id,
             plan.value,
@@ -380,6 +391,10 @@ class Sweeper:
         self._issued.append(record)
         self._unfinished[request_id] = record
         return record
+
+    def _request_id(self, index: int) -> int:
+        """Return the id of the level's ``index``-th request: sequential (a shard interleaves)."""
+        return len(self._issued)
 
     async def _send(
         self, client: Client, record: Record, cap: asyncio.Semaphore | None = None

@@ -1,0 +1,281 @@
+"""One shard: the existing engine, running its part of every level at the coordinator's word.
+
+:class:`ShardWorker` is what a shard process (:mod:`llmlat._shard._local`) or a Ray actor
+(:mod:`llmlat._shard._ray`) holds; the coordinator calls its methods. It runs a
+:class:`ShardSweeper`, the engine's :class:`~llmlat._engine.Sweeper` with three changes:
+
+- its plans are its slice of the sweep's (:func:`~llmlat._shard._partition.shard_plans`);
+- before each level it opens its connections, says it is ready and waits for the common
+  start instant (the coordinator's "go"), then sleeps until that instant on its own clock;
+- its request ids interleave with the other shards' (:func:`~._partition.request_id`).
+
+Latencies are differences of one shard's monotonic clock. Row times are moved to the
+coordinator's timeline by one shift per shard, taken at the first level's start instant
+(its wall-clock alignment, estimated by the coordinator, is all that enters it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import warnings
+from operator import attrgetter
+from typing import Any
+
+from llmlat._client import Client
+from llmlat._engine import Sweeper
+from llmlat._loadshapes import LevelPlan
+from llmlat._shard._partition import request_id, shard_plans
+from llmlat.config import SweepConfig
+from llmlat.schema import ATTEMPT_COLUMNS, LEVEL_COLUMNS, REQUEST_COLUMNS
+
+__all__ = ["ShardSweeper", "ShardWorker"]
+
+_REQUEST_VALUES = attrgetter(*REQUEST_COLUMNS)
+_ATTEMPT_VALUES = attrgetter(*ATTEMPT_COLUMNS)
+_LEVEL_VALUES = attrgetter(*LEVEL_COLUMNS)
+
+
+def _time_columns(columns: dict[str, str]) -> list[int]:
+    return [i for i, name in enumerate(columns) if name.startswith("t_")]
+
+
+_REQUEST_TIMES = _time_columns(REQUEST_COLUMNS)
+_ATTEMPT_TIMES = _time_columns(ATTEMPT_COLUMNS)
+_LEVEL_TIMES = _time_columns(LEVEL_COLUMNS)
+
+
+def _shifted(values: tuple, times: list[int], shift: float) -> list:
+    row = list(values)
+    for i in times:
+        row[i] += shift
+    return row
+
+
+class ShardSweeper(Sweeper):
+    """The engine running shard ``shard`` of ``shards``; the coordinator gates its levels.
+
+    Parameters
+    ----------
+    payload : object
+        What to send (as given to :func:`llmlat.sweep`).
+    config : SweepConfig
+        The sweep's options with the target's URL and model set, unsharded.
+    shard, shards : int
+        This shard and how many there are.
+    worker : ShardWorker
+        The gate: :meth:`ShardWorker.wait_go` and :meth:`ShardWorker.level_ended`.
+    """
+
+    def __init__(
+        self, payload: Any, config: SweepConfig, shard: int, shards: int, worker: ShardWorker
+    ) -> None:
+        with warnings.catch_warnings():  # the coordinator has warned about the options
+            warnings.simplefilter("ignore")
+            super().__init__(payload, config)
+        self._plans = shard_plans(self._plans, shard, shards)
+        self._shard, self._shards = shard, shards
+        self._worker = worker
+        self._base = 0
+
+    def _request_id(self, index: int) -> int:
+        return request_id(self._base, index, self._shard, self._shards)
+
+    async def _run_level(self, plan: LevelPlan, client: Client) -> None:
+        if self.config.preconnect:  # before the start instant; the engine's own call is a no-op
+            await client.preconnect(plan.workers or plan.max_in_flight or 0)
+        go = await self._worker.wait_go(plan.index)
+        if go is None:  # stopped at the gate: the level never starts
+            return
+        self._base, start_s = go
+        await self._sleep(start_s - self._now())
+        before = len(self._levels)
+        try:
+            await super()._run_level(plan, client)
+        finally:
+            ran = len(self._levels) > before
+            self._worker.level_ended(plan.index, self._levels[-1] if ran else None)
+
+    def take_rows(self, shift: float) -> tuple[list, list]:
+        """Return the rows finished since the last call, times shifted by ``shift`` seconds.
+
+        Parameters
+        ----------
+        shift : float
+            Seconds from this shard's clock to the coordinator's.
+
+        Returns
+        -------
+        tuple of list
+            Request rows and attempt rows, values in schema column order.
+        """
+        records, attempts = self._pending
+        self._pending = ([], [])
+        return (
+            [_shifted(_REQUEST_VALUES(r), _REQUEST_TIMES, shift) for r in records],
+            [_shifted(_ATTEMPT_VALUES(a), _ATTEMPT_TIMES, shift) for a in attempts],
+        )
+
+
+class ShardWorker:
+    """The coordinator's handle inside a shard: start, clock, ready, go, drain, stop, finish.
+
+    Every method is called by the coordinator (over a pipe, or as a Ray actor method) and
+    returns plain data.
+
+    Parameters
+    ----------
+    payload : object
+        What to send.
+    config : SweepConfig
+        The sweep's options with the URL and model set, unsharded.
+    shard, shards : int
+        This shard and how many there are.
+    """
+
+    def __init__(self, payload: Any, config: SweepConfig, shard: int, shards: int) -> None:
+        self._args = (payload, config, shard, shards)
+        self._sweeper: ShardSweeper | None = None
+        self._task: asyncio.Task | None = None
+        self._reached: dict[int, asyncio.Future] = {}
+        self._go: dict[int, asyncio.Future] = {}
+        self._ended: dict[int, asyncio.Future] = {}
+        self._shift: float | None = None
+
+    # ------------------------------------------------------------------ coordinator's calls
+
+    async def start(self) -> dict[str, Any]:
+        """Start the engine (it runs until the first level's gate) and say where it runs.
+
+        Returns
+        -------
+        dict
+            ``host``, ``pid`` and ``node`` (the Ray node id, or None).
+        """
+        payload, config, shard, shards = self._args
+        self._sweeper = ShardSweeper(payload, config, shard, shards, self)
+        self._task = asyncio.create_task(self._sweeper.run())
+        return {"host": socket.gethostname(), "pid": os.getpid(), "node": _ray_node()}
+
+    def clock(self) -> int:
+        """Return this host's wall clock, ns (the coordinator estimates the offset)."""
+        return time.time_ns()
+
+    async def ready(self, level: int) -> bool:
+        """Wait until the engine is at ``level``'s gate (connections open); False if it ended."""
+        return await self._until(self._future(self._reached, level))
+
+    def go(self, level: int, start_ns: int, start_run_s: float, base: int) -> float:
+        """Start ``level`` at ``start_ns`` of this host's wall clock, ids from ``base``.
+
+        Parameters
+        ----------
+        level : int
+            The level's index.
+        start_ns : int
+            The start instant, this host's wall clock (ns).
+        start_run_s : float
+            The same instant on the coordinator's run clock (seconds).
+        base : int
+            The level's first request id.
+
+        Returns
+        -------
+        float
+            The shift from this shard's run clock to the coordinator's (seconds).
+        """
+        assert self._sweeper is not None
+        start_s = self._sweeper._now() + (start_ns - time.time_ns()) / 1e9
+        if self._shift is None:  # one shift for the whole run: a shard's times stay consistent
+            self._shift = start_run_s - start_s
+        _resolve(self._future(self._go, level), (base, start_s))
+        return self._shift
+
+    async def level_done(self, level: int) -> list | None:
+        """Wait for ``level`` to end; return its level row (shifted), or None if it never ran."""
+        future = self._future(self._ended, level)
+        if not await self._until(future) or future.result() is None:
+            return None
+        return _shifted(_LEVEL_VALUES(future.result()), _LEVEL_TIMES, self._shift or 0.0)
+
+    def drain(self) -> dict[str, Any]:
+        """Return the rows finished since the last drain and why the engine stopped, if it did."""
+        if self._sweeper is None:
+            return {"r": [], "a": [], "stopped_reason": None}
+        requests, attempts = self._sweeper.take_rows(self._shift or 0.0)
+        reason = self._sweeper._meta.get("stopped_reason")
+        return {"r": requests, "a": attempts, "stopped_reason": reason}
+
+    def stop(self) -> None:
+        """Stop sending; requests in flight finish."""
+        if self._sweeper is not None:
+            self._sweeper.stop()
+        for future in self._go.values():  # an engine waiting at a gate stops there
+            _resolve(future, None)
+
+    def cancel(self) -> None:
+        """Cancel the requests in flight (they stay rows, ``error_kind="cancelled"``)."""
+        if self._task is not None:
+            self._task.cancel()
+
+    async def finish(self) -> dict[str, Any]:
+        """Wait for the engine to end; return ``error`` (text or None) and ``interrupted``."""
+        error = None
+        if self._task is not None:
+            try:
+                await asyncio.shield(self._task)
+            except asyncio.CancelledError:
+                if not self._task.cancelled():
+                    raise
+            except Exception as exc:  # the run's own error: reported, the rows are kept
+                error = f"{type(exc).__name__}: {exc}"
+        interrupted = self._sweeper is not None and self._sweeper._interrupted
+        return {"error": error, "interrupted": interrupted}
+
+    # ------------------------------------------------------------------ the engine's side
+
+    async def wait_go(self, level: int) -> tuple[int, float] | None:
+        """Say ``level``'s gate is reached; wait for the go: ``(first id, start on our clock)``.
+
+        None when the sweep is stopped first.
+        """
+        _resolve(self._future(self._reached, level), True)
+        if self._sweeper is not None and self._sweeper._stopping:
+            return None
+        return await self._future(self._go, level)
+
+    def level_ended(self, level: int, stats: Any) -> None:
+        """Record that ``level`` ended with these LevelStats (None: it never started)."""
+        _resolve(self._future(self._ended, level), stats)
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _future(table: dict[int, asyncio.Future], level: int) -> asyncio.Future:
+        if level not in table:
+            table[level] = asyncio.get_running_loop().create_future()
+        return table[level]
+
+    async def _until(self, future: asyncio.Future) -> bool:
+        """Wait for ``future`` or the engine's end; whether ``future`` is done."""
+        if self._task is not None and not future.done():
+            await asyncio.wait([future, self._task], return_when=asyncio.FIRST_COMPLETED)
+        return future.done()
+
+
+def _resolve(future: asyncio.Future, value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _ray_node() -> str | None:
+    """Return the Ray node id when running in a Ray worker, else None."""
+    import sys
+
+    if "ray" not in sys.modules:
+        return None
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
