@@ -22,6 +22,7 @@ shard (their rows stay, ``error_kind="cancelled"``), drains, flushes, and re-rai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
 import time
 import warnings
@@ -164,6 +165,7 @@ class Coordinator:
         # our run clock's zero on our wall clock: the timeline every shard's rows move to
         wall0_ns = time.time_ns() - (time.perf_counter_ns() - sweeper._t0_ns)
         drain: asyncio.Task | None = None
+        drained = asyncio.Event()
         try:
             await self._start()
             if sweeper._save is not None:
@@ -175,12 +177,13 @@ class Coordinator:
                 )
             self._bar = sweeper._make_bar()
             sweeper._bar = self._bar
-            drain = asyncio.create_task(self._drain_every())
+            drain = asyncio.create_task(self._drain_every(drained))
             await self._run_levels(wall0_ns)
         except BaseException:
             self._interrupted = True
             raise
         finally:
+            drained.set()
             await self._end(drain)
         return self.result()
 
@@ -274,9 +277,11 @@ class Coordinator:
 
     # ------------------------------------------------------------------ rows
 
-    async def _drain_every(self) -> None:
-        while True:
-            await asyncio.sleep(_DRAIN_INTERVAL_S)
+    async def _drain_every(self, done: asyncio.Event) -> None:
+        # never cancelled mid-call: a shard hands its rows over once
+        while not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), _DRAIN_INTERVAL_S)
             await self._drain()
 
     async def _drain(self) -> None:
@@ -336,7 +341,6 @@ class Coordinator:
     async def _end(self, drain: asyncio.Task | None) -> None:
         """Let every shard end (cancelled when the run was), take their last rows, close."""
         if drain is not None:
-            drain.cancel()
             await asyncio.gather(drain, return_exceptions=True)
         live = self._live()
         try:

@@ -19,6 +19,7 @@ import collections
 import contextlib
 import inspect
 import itertools
+import os
 import pickle
 import signal
 import socket
@@ -61,7 +62,9 @@ class ProcessShard:
         )
         theirs.close()
         self.pid = self._proc.pid
-        self._conn = Connection(ours.detach())
+        # the socket is kept to shut it down: closing an fd another thread reads does not
+        self._socket = ours
+        self._conn = Connection(os.dup(ours.fileno()))
         self._ids = itertools.count()
         self._pending: dict[int, asyncio.Future] = {}
         self._lost: str | None = None
@@ -91,7 +94,8 @@ class ProcessShard:
     async def close(self) -> None:
         """Close the connection; the child ends its engine and exits (killed after a timeout)."""
         with contextlib.suppress(OSError):
-            self._conn.close()
+            self._socket.shutdown(socket.SHUT_RDWR)
+        self._socket.close()
         try:
             await asyncio.to_thread(self._proc.wait, _CLOSE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -107,6 +111,7 @@ class ProcessShard:
                 self._loop.call_soon_threadsafe(self._answer, message)
         except (EOFError, OSError, pickle.UnpicklingError):
             pass
+        self._conn.close()
         code = self._proc.wait()
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             self._loop.call_soon_threadsafe(self._died, code)

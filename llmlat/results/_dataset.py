@@ -620,7 +620,7 @@ def _read_journal(journal: Path) -> SweepResult:
     except (KeyError, TypeError, AttributeError):
         raise ValueError(f"{journal}: not a journal entry: {str(batch)[:60]}") from None
     frames = {
-        _TAGS[tag]: pd.DataFrame.from_records(data, columns=columns[tag]) if data else None
+        _TAGS[tag]: pd.DataFrame.from_records(data, columns=columns[tag])
         for tag, data in rows.items()
     }
     # rows were journalled as they finished: restore the order a live result has
