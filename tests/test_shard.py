@@ -5,22 +5,18 @@ The Ray backend runs the same coordinator and shards: tests/test_shard_ray.py.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
+from sharding import QUICK, journal_meta, poll, sweep_in_thread
 
 from llmlat import read, sweep
 from llmlat._loadshapes import plan_levels
 from llmlat._shard._partition import request_id, shard_plans, split_evenly
-
-QUICK = {"progress": False, "seed": 7, "model": "sim-model"}
 
 
 def test_the_union_of_shard_schedules_is_the_single_process_schedule():
@@ -116,32 +112,12 @@ def test_closed_loop_over_two_processes_splits_n(sim_process):
     assert req["in_flight"].max() <= 2  # each shard counts its own requests in flight
 
 
-def _sweep_in_thread(**options):
-    box = {}
-    thread = threading.Thread(target=lambda: box.setdefault("result", sweep(**options)))
-    thread.start()
-    return thread, box
-
-
-def _poll(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def _journal_meta(path: Path) -> dict:
-    journal = path.with_name(path.name + ".journal")
-    _poll(lambda: journal.exists() and journal.stat().st_size > 0)
-    return json.loads(journal.read_text().split("\n", 1)[0])["meta"]
-
-
 def test_a_shard_killed_mid_level_keeps_its_rows_and_the_others_finish(sim_process, tmp_path):
     url, _ = sim_process
     saved = tmp_path / "killed.parquet"
-    thread, box = _sweep_in_thread(url=url, rate=40.0, requests=120, workers=2, save=saved, **QUICK)
-    pids = [s["pid"] for s in _journal_meta(saved)["shards"]]
-    _poll(lambda: (read(saved).requests["shard"] == 1).sum() >= 5)
+    thread, box = sweep_in_thread(url=url, rate=40.0, requests=120, workers=2, save=saved, **QUICK)
+    pids = [s["pid"] for s in journal_meta(saved)["shards"]]
+    poll(lambda: (read(saved).requests["shard"] == 1).sum() >= 5)
     os.kill(pids[1], signal.SIGKILL)
     thread.join(60)
     result = box["result"]
@@ -161,8 +137,8 @@ def test_ctrl_c_stops_every_shard_with_the_grace_and_saves(sim_process, tmp_path
          "60", "--workers", "2", "--save", str(saved), "--no-progress"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
-    pids = [s["pid"] for s in _journal_meta(saved)["shards"]]
-    _poll(lambda: read(saved).requests["shard"].nunique() == 2)
+    pids = [s["pid"] for s in journal_meta(saved)["shards"]]
+    poll(lambda: read(saved).requests["shard"].nunique() == 2)
     os.killpg(cli.pid, signal.SIGINT)  # what a terminal's Ctrl-C does to the sweep's group
     _, err = cli.communicate(timeout=60)
     assert cli.returncode == 130, err
