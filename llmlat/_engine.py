@@ -146,6 +146,7 @@ class Sweeper:
         self._level_latencies: list[float] = []
         self._last_postfix = 0.0
         self._coordinator: Any = None  # a sharded sweep's llmlat._shard.Coordinator
+        self._gate: Any = None  # in a shard, its llmlat._shard._worker.ShardWorker
 
     # ------------------------------------------------------------------ public
 
@@ -291,6 +292,8 @@ class Sweeper:
     async def _run_level(self, plan: LevelPlan, client: Client) -> None:
         if self.config.preconnect:  # before the level's clock starts: connects are not its latency
             await client.preconnect(plan.workers or plan.max_in_flight or 0)
+        if self._gate is not None and not await self._gated(plan):
+            return
         stats = LevelStats(self._run_id, plan.value, plan.kind, t_start=self._now())
         issued_before = len(self._issued)
         lags: list[float] = []
@@ -328,6 +331,16 @@ class Sweeper:
             if self._writer is not None:
                 self._flush()
                 self._writer.add_level(stats)
+            if self._gate is not None:
+                self._gate.level_ended(plan.index, stats)
+
+    async def _gated(self, plan: LevelPlan) -> bool:
+        """In a shard: start the level at the coordinator's instant; False if stopped first."""
+        start_s = await self._gate.wait_go(plan.index)
+        if start_s is None:
+            return False
+        await self._sleep(start_s - self._now())
+        return not self._stopping
 
     async def _closed_loop(self, plan: LevelPlan, client: Client) -> str:
         issued = measured = 0
@@ -394,7 +407,7 @@ class Sweeper:
 
     def _request_id(self, index: int) -> int:
         """Return the id of the level's ``index``-th request: sequential (a shard interleaves)."""
-        return len(self._issued)
+        return len(self._issued) if self._gate is None else self._gate.request_id(index)
 
     async def _send(
         self, client: Client, record: Record, cap: asyncio.Semaphore | None = None

@@ -203,7 +203,8 @@ class Coordinator:
             overwrite=False,
             run_id=self._sweeper._run_id,
         )
-        payload = self._sweeper._payload
+        # the engine class travels with the payload: shards run it without importing it
+        init = (type(self._sweeper), self._sweeper._payload, shard_config)
         cluster: dict[str, Any] = {"kind": cfg.shard_cluster()}
         handles: list[ShardHandle]
         if cfg.shard_cluster() == "ray":
@@ -212,14 +213,12 @@ class Coordinator:
             self._ray, cluster["ray_startup_s"], cpus = connect(cfg.ray_address)
             count = cfg.workers or cpus
             share = min(1.0, cpus / count)
-            handles = [RayShard(k, (payload, shard_config, k, count), share) for k in range(count)]
+            handles = [RayShard(k, (*init, k, count), share) for k in range(count)]
         else:
             from llmlat._shard._local import ProcessShard
 
             count = cfg.workers or 1
-            handles = [
-                ProcessShard(k, _pickled(payload, shard_config, k, count)) for k in range(count)
-            ]
+            handles = [ProcessShard(k, _pickled(*init, k, count)) for k in range(count)]
         cluster["workers"] = count
         self._meta["cluster"] = cluster
         self._shards = [_Shard(handle, handle.shard) for handle in handles]
@@ -395,7 +394,7 @@ class Coordinator:
             task.add_done_callback(shard.tasks.discard)
 
 
-def _pickled(payload: Any, config: SweepConfig, shard: int, shards: int) -> bytes:
+def _pickled(engine: type, payload: Any, config: SweepConfig, shard: int, shards: int) -> bytes:
     """Return the init message of a shard process (ValueError: a payload it could not rebuild)."""
     if callable(payload) and getattr(payload, "__module__", None) == "__main__":
         raise ValueError(
@@ -403,7 +402,7 @@ def _pickled(payload: Any, config: SweepConfig, shard: int, shards: int) -> byte
             "module, not in __main__ or a notebook), or run the shards on Ray (cluster='ray')"
         )
     try:
-        return pickle.dumps((payload, config, shard, shards))
+        return pickle.dumps((engine, payload, config, shard, shards))
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
         raise ValueError(f"payload: cannot be sent to the shard processes ({exc})") from None
 

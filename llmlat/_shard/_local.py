@@ -44,7 +44,7 @@ class ProcessShard:
     shard : int
         Its index.
     init : bytes
-        The pickled ``(payload, config, shard, shards)`` of its
+        The pickled ``(engine, payload, config, shard, shards)`` of its
         :class:`~llmlat._shard._worker.ShardWorker`.
     """
 
@@ -176,7 +176,7 @@ async def _serve(conn: Connection, worker: Any) -> None:
             while True:
                 loop.call_soon_threadsafe(dispatch, conn.recv())
         except (EOFError, OSError):
-            loop.call_soon_threadsafe(lambda: closed.done() or closed.set_result(None))
+            loop.call_soon_threadsafe(_resolve, closed)
 
     threading.Thread(target=read, daemon=True).start()
     await closed
@@ -184,16 +184,21 @@ async def _serve(conn: Connection, worker: Any) -> None:
     await worker.finish()
 
 
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def main(argv: list[str]) -> None:
     """Serve one shard over the connection whose file descriptor is ``argv[0]``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     conn = Connection(int(argv[0]))
-    payload, config, shard, shards = pickle.loads(conn.recv_bytes())
+    init = pickle.loads(conn.recv_bytes())
 
     from llmlat._loop import loop_factory
     from llmlat._shard._worker import ShardWorker
 
-    worker = ShardWorker(payload, config, shard, shards)
+    worker = ShardWorker(*init)
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(_serve(conn, worker))
 

@@ -11,6 +11,7 @@ the sweep. llmlat must be importable on every node (the same version as here).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -49,7 +50,7 @@ def connect(address: str | None) -> tuple[bool, float, int]:
                 address=address,
                 include_dashboard=False,
                 log_to_driver=False,
-                logging_level="WARNING",
+                logging_level=logging.WARNING,
             )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -73,7 +74,7 @@ class RayShard:
     shard : int
         Its index.
     init : tuple
-        ``(payload, config, shard, shards)`` of its ShardWorker.
+        ``(engine, payload, config, shard, shards)`` of its ShardWorker.
     num_cpus : float
         CPUs the actor reserves.
     """
@@ -88,7 +89,7 @@ class RayShard:
         actor = ray.remote(ShardWorker).options(
             num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0
         )
-        self._actor = actor.remote(*init)
+        self._actor: Any = actor.remote(*init)
 
     async def call(self, method: str, *args: Any) -> Any:
         """Call ``method`` of the actor; see :class:`~._handle.ShardHandle`."""

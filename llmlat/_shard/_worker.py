@@ -1,13 +1,15 @@
 """One shard: the existing engine, running its part of every level at the coordinator's word.
 
 :class:`ShardWorker` is what a shard process (:mod:`llmlat._shard._local`) or a Ray actor
-(:mod:`llmlat._shard._ray`) holds; the coordinator calls its methods. It runs a
-:class:`ShardSweeper`, the engine's :class:`~llmlat._engine.Sweeper` with three changes:
+(:mod:`llmlat._shard._ray`) holds; the coordinator calls its methods. It runs the engine class
+the coordinator sends (:class:`llmlat._engine.Sweeper`; sent, not imported, as the engine is
+the layer below that starts the coordinator) with the worker as its gate:
 
 - its plans are its slice of the sweep's (:func:`~llmlat._shard._partition.shard_plans`);
-- before each level it opens its connections, says it is ready and waits for the common
-  start instant (the coordinator's "go"), then sleeps until that instant on its own clock;
-- its request ids interleave with the other shards' (:func:`~._partition.request_id`).
+- before each level it opens its connections, says it is ready (:meth:`ShardWorker.wait_go`)
+  and waits for the common start instant (the coordinator's "go"), then sleeps until that
+  instant on its own clock;
+- its request ids interleave with the other shards' (:meth:`ShardWorker.request_id`).
 
 Latencies are differences of one shard's monotonic clock. Row times are moved to the
 coordinator's timeline by one shift per shard, taken at the first level's start instant
@@ -22,16 +24,16 @@ import socket
 import time
 import warnings
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llmlat._client import Client
-from llmlat._engine import Sweeper
-from llmlat._loadshapes import LevelPlan
 from llmlat._shard._partition import request_id, shard_plans
-from llmlat.config import SweepConfig
 from llmlat.schema import ATTEMPT_COLUMNS, LEVEL_COLUMNS, REQUEST_COLUMNS
 
-__all__ = ["ShardSweeper", "ShardWorker"]
+if TYPE_CHECKING:  # pragma: no cover
+    from llmlat._engine import Sweeper
+    from llmlat.config import SweepConfig
+
+__all__ = ["ShardWorker"]
 
 _REQUEST_VALUES = attrgetter(*REQUEST_COLUMNS)
 _ATTEMPT_VALUES = attrgetter(*ATTEMPT_COLUMNS)
@@ -54,71 +56,6 @@ def _shifted(values: tuple, times: list[int], shift: float) -> list:
     return row
 
 
-class ShardSweeper(Sweeper):
-    """The engine running shard ``shard`` of ``shards``; the coordinator gates its levels.
-
-    Parameters
-    ----------
-    payload : object
-        What to send (as given to :func:`llmlat.sweep`).
-    config : SweepConfig
-        The sweep's options with the target's URL and model set, unsharded.
-    shard, shards : int
-        This shard and how many there are.
-    worker : ShardWorker
-        The gate: :meth:`ShardWorker.wait_go` and :meth:`ShardWorker.level_ended`.
-    """
-
-    def __init__(
-        self, payload: Any, config: SweepConfig, shard: int, shards: int, worker: ShardWorker
-    ) -> None:
-        with warnings.catch_warnings():  # the coordinator has warned about the options
-            warnings.simplefilter("ignore")
-            super().__init__(payload, config)
-        self._plans = shard_plans(self._plans, shard, shards)
-        self._shard, self._shards = shard, shards
-        self._worker = worker
-        self._base = 0
-
-    def _request_id(self, index: int) -> int:
-        return request_id(self._base, index, self._shard, self._shards)
-
-    async def _run_level(self, plan: LevelPlan, client: Client) -> None:
-        if self.config.preconnect:  # before the start instant; the engine's own call is a no-op
-            await client.preconnect(plan.workers or plan.max_in_flight or 0)
-        go = await self._worker.wait_go(plan.index)
-        if go is None:  # stopped at the gate: the level never starts
-            return
-        self._base, start_s = go
-        await self._sleep(start_s - self._now())
-        before = len(self._levels)
-        try:
-            await super()._run_level(plan, client)
-        finally:
-            ran = len(self._levels) > before
-            self._worker.level_ended(plan.index, self._levels[-1] if ran else None)
-
-    def take_rows(self, shift: float) -> tuple[list, list]:
-        """Return the rows finished since the last call, times shifted by ``shift`` seconds.
-
-        Parameters
-        ----------
-        shift : float
-            Seconds from this shard's clock to the coordinator's.
-
-        Returns
-        -------
-        tuple of list
-            Request rows and attempt rows, values in schema column order.
-        """
-        records, attempts = self._pending
-        self._pending = ([], [])
-        return (
-            [_shifted(_REQUEST_VALUES(r), _REQUEST_TIMES, shift) for r in records],
-            [_shifted(_ATTEMPT_VALUES(a), _ATTEMPT_TIMES, shift) for a in attempts],
-        )
-
-
 class ShardWorker:
     """The coordinator's handle inside a shard: start, clock, ready, go, drain, stop, finish.
 
@@ -127,6 +64,8 @@ class ShardWorker:
 
     Parameters
     ----------
+    engine : type
+        The engine class, :class:`llmlat._engine.Sweeper`.
     payload : object
         What to send.
     config : SweepConfig
@@ -135,9 +74,13 @@ class ShardWorker:
         This shard and how many there are.
     """
 
-    def __init__(self, payload: Any, config: SweepConfig, shard: int, shards: int) -> None:
-        self._args = (payload, config, shard, shards)
-        self._sweeper: ShardSweeper | None = None
+    def __init__(
+        self, engine: type[Sweeper], payload: Any, config: SweepConfig, shard: int, shards: int
+    ) -> None:
+        self._args = (engine, payload, config)
+        self._shard, self._shards = shard, shards
+        self._base = 0  # the running level's first request id
+        self._sweeper: Sweeper | None = None
         self._task: asyncio.Task | None = None
         self._reached: dict[int, asyncio.Future] = {}
         self._go: dict[int, asyncio.Future] = {}
@@ -154,9 +97,13 @@ class ShardWorker:
         dict
             ``host``, ``pid`` and ``node`` (the Ray node id, or None).
         """
-        payload, config, shard, shards = self._args
-        self._sweeper = ShardSweeper(payload, config, shard, shards, self)
-        self._task = asyncio.create_task(self._sweeper.run())
+        engine, payload, config = self._args
+        with warnings.catch_warnings():  # the coordinator has warned about the options
+            warnings.simplefilter("ignore")
+            sweeper = self._sweeper = engine(payload, config)
+        sweeper._plans = shard_plans(sweeper._plans, self._shard, self._shards)
+        sweeper._gate = self
+        self._task = asyncio.create_task(sweeper.run())
         return {"host": socket.gethostname(), "pid": os.getpid(), "node": _ray_node()}
 
     def clock(self) -> int:
@@ -202,11 +149,17 @@ class ShardWorker:
 
     def drain(self) -> dict[str, Any]:
         """Return the rows finished since the last drain and why the engine stopped, if it did."""
-        if self._sweeper is None:
+        sweeper = self._sweeper
+        if sweeper is None:
             return {"r": [], "a": [], "stopped_reason": None}
-        requests, attempts = self._sweeper.take_rows(self._shift or 0.0)
-        reason = self._sweeper._meta.get("stopped_reason")
-        return {"r": requests, "a": attempts, "stopped_reason": reason}
+        records, attempts = sweeper._pending  # what the engine would journal next
+        sweeper._pending = ([], [])
+        shift = self._shift or 0.0
+        return {
+            "r": [_shifted(_REQUEST_VALUES(r), _REQUEST_TIMES, shift) for r in records],
+            "a": [_shifted(_ATTEMPT_VALUES(a), _ATTEMPT_TIMES, shift) for a in attempts],
+            "stopped_reason": sweeper._meta.get("stopped_reason"),
+        }
 
     def stop(self) -> None:
         """Stop sending; requests in flight finish."""
@@ -236,15 +189,23 @@ class ShardWorker:
 
     # ------------------------------------------------------------------ the engine's side
 
-    async def wait_go(self, level: int) -> tuple[int, float] | None:
-        """Say ``level``'s gate is reached; wait for the go: ``(first id, start on our clock)``.
+    async def wait_go(self, level: int) -> float | None:
+        """Say ``level``'s gate is reached; wait for the go: the start on the engine's clock.
 
         None when the sweep is stopped first.
         """
         _resolve(self._future(self._reached, level), True)
         if self._sweeper is not None and self._sweeper._stopping:
             return None
-        return await self._future(self._go, level)
+        go = await self._future(self._go, level)
+        if go is None:
+            return None
+        self._base, start_s = go
+        return start_s
+
+    def request_id(self, index: int) -> int:
+        """Return the id of this shard's ``index``-th request of the running level."""
+        return request_id(self._base, index, self._shard, self._shards)
 
     def level_ended(self, level: int, stats: Any) -> None:
         """Record that ``level`` ended with these LevelStats (None: it never started)."""
