@@ -138,12 +138,15 @@ def main() -> None:
         server.close()
     best = {how: max(r, key=lambda x: x["rps"]) for how, r in runs.items()}
     base = best["1 worker, 1 core"]
+    base_total = base["shard_ms"] + base["coordinator_ms"]
+    print("   CPU ms per request: client = shards + coordinator; growth against 1 worker")
     for how, r in best.items():
+        total = r["shard_ms"] + r["coordinator_ms"]
         print(
-            f"   {how:22s} {r['rps']:7.0f} req/s ({r['rps'] / base['rps']:.2f}x)  shard CPU "
-            f"{r['shard_ms']:.3f} ms/req ({r['shard_ms'] / base['shard_ms'] - 1:+.0%}), "
-            f"coordinator {r['coordinator_ms']:.3f}, server {r['server_ms']:.3f}; "
-            f"shard cpu_util {r['cpu_util']}"
+            f"   {how:22s} {r['rps']:7.0f} req/s ({r['rps'] / base['rps']:.2f}x)  client "
+            f"{total:.3f} ({total / base_total - 1:+.0%}) = shards {r['shard_ms']:.3f} + "
+            f"coordinator {r['coordinator_ms']:.3f}; server {r['server_ms']:.3f}; "
+            f"shards' cpu_util {r['cpu_util']}"
         )
     per_core = 1e3 / base["shard_ms"]
     print(f"   on paper, one core per shard at {base['shard_ms']:.3f} ms/req: "
