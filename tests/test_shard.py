@@ -108,6 +108,7 @@ def test_closed_loop_over_two_processes_splits_n(sim_process):
     req = result.requests
     assert len(req) == 12 and req["request_id"].is_unique
     assert req.groupby("shard")["worker"].nunique().tolist() == [2, 1]
+    assert sorted(req["worker"].unique()) == [0, 1, 2] and (req["worker"] % 2 == req["shard"]).all()
     assert req.groupby("shard").size().tolist() == [8, 4]
     assert req["in_flight"].max() <= 2  # each shard counts its own requests in flight
 

@@ -343,8 +343,9 @@ class Coordinator:
             await asyncio.gather(drain, return_exceptions=True)
         live = self._live()
         try:
-            if self._interrupted:
-                await asyncio.gather(*(self._call(s, "cancel") for s in live))
+            # a shard may wait at a level's gate (stopped before it began): stop releases it
+            how = "cancel" if self._interrupted else "stop"
+            await asyncio.gather(*(self._call(s, how) for s in live))
             ends = asyncio.gather(*(self._call(s, "finish") for s in live))
             try:
                 infos = await asyncio.wait_for(ends, _WIND_DOWN_S)
@@ -353,7 +354,6 @@ class Coordinator:
             for shard, info in zip(live, infos, strict=True):
                 if info is not None:
                     shard.error = info["error"]
-                    self._interrupted = self._interrupted or info["interrupted"]
             await self._drain()
         finally:
             await asyncio.gather(*(s.handle.close() for s in self._shards), return_exceptions=True)
@@ -361,7 +361,8 @@ class Coordinator:
                 self._bar.close()
             if self._writer is not None:
                 result = self.result()
-                self._writer.close({k: result.meta[k] for k in ("interrupted", "shards")})
+                keys = ("interrupted", "shards", "stopped_reason")
+                self._writer.close({k: result.meta.get(k) for k in keys})
                 self._writer = None
             if self._ray:
                 from llmlat._shard._ray import disconnect

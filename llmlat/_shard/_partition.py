@@ -6,8 +6,9 @@
   process. The warmup count follows the index: a send is warmup on its shard iff it is on one
   process.
 - Closed loop: the N workers are split as evenly as possible (the first ``N mod K`` shards
-  have one more); the request and warmup counts in proportion to the workers, so every worker
-  cycles about as many times as on one process.
+  have one more; shard ``k``'s worker ``w`` is the sweep's worker ``w * K + k``); the request
+  and warmup counts in proportion to the workers, so every worker cycles about as many times
+  as on one process.
 - Request ids: shard ``k``'s ``i``-th request of a level is ``base + i * K + k``. For a
   schedule that is the send's index in the single-process sweep; ids of a closed loop
   interleave in time order as they would on one process.

@@ -49,6 +49,9 @@ _ATTEMPT_TIMES = _time_columns(ATTEMPT_COLUMNS)
 _LEVEL_TIMES = _time_columns(LEVEL_COLUMNS)
 
 
+_WORKER = list(REQUEST_COLUMNS).index("worker")
+
+
 def _shifted(values: tuple, times: list[int], shift: float) -> list:
     row = list(values)
     for i in times:
@@ -155,8 +158,12 @@ class ShardWorker:
         records, attempts = sweeper._pending  # what the engine would journal next
         sweeper._pending = ([], [])
         shift = self._shift or 0.0
+        requests = [_shifted(_REQUEST_VALUES(r), _REQUEST_TIMES, shift) for r in records]
+        for row in requests:  # closed loop: the sweep's worker number (the split is round-robin)
+            if row[_WORKER] is not None:
+                row[_WORKER] = row[_WORKER] * self._shards + self._shard
         return {
-            "r": [_shifted(_REQUEST_VALUES(r), _REQUEST_TIMES, shift) for r in records],
+            "r": requests,
             "a": [_shifted(_ATTEMPT_VALUES(a), _ATTEMPT_TIMES, shift) for a in attempts],
             "stopped_reason": sweeper._meta.get("stopped_reason"),
         }
@@ -174,7 +181,7 @@ class ShardWorker:
             self._task.cancel()
 
     async def finish(self) -> dict[str, Any]:
-        """Wait for the engine to end; return ``error`` (text or None) and ``interrupted``."""
+        """Wait for the engine to end; return ``error`` (its text, or None)."""
         error = None
         if self._task is not None:
             try:
@@ -184,8 +191,7 @@ class ShardWorker:
                     raise
             except Exception as exc:  # the run's own error: reported, the rows are kept
                 error = f"{type(exc).__name__}: {exc}"
-        interrupted = self._sweeper is not None and self._sweeper._interrupted
-        return {"error": error, "interrupted": interrupted}
+        return {"error": error}
 
     # ------------------------------------------------------------------ the engine's side
 
