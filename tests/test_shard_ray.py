@@ -22,7 +22,7 @@ def test_a_ray_actor_killed_mid_level_keeps_its_rows(ray_local, sim_process, tmp
     url, _ = sim_process
     saved = tmp_path / "ray.parquet"
     # workers default: one shard per CPU of the cluster (2)
-    thread, box = sweep_in_thread(url=url, rate=40.0, requests=120, cluster="ray", save=saved,
+    thread, box = sweep_in_thread(url=url, rate=80.0, requests=120, cluster="ray", save=saved,
                                    **QUICK)  # fmt: skip
     shards = journal_meta(saved)["shards"]
     assert len(shards) == 2 and all(s["node"] for s in shards)
