@@ -261,11 +261,14 @@ def _level_rows(levels: pd.DataFrame | None, keys: list[str]) -> dict[tuple, pd.
 def _busiest(rows: list[pd.Series]) -> pd.Series:
     """One level run by several shards: the busiest shard's CPU and lag flag it.
 
-    It also keeps the first stop reason other than the planned one (an error or interrupt).
+    Shards that issued nothing there (fewer workers than shards) are left out; the first stop
+    reason other than the planned one (an error or interrupt) is kept.
     """
     if len(rows) == 1:
         return rows[0]
     table = pd.DataFrame(rows)
+    if "issued" in table and (table["issued"] > 0).any():  # a shard with no share idled
+        table = table[table["issued"] > 0]
     row = table.iloc[0].copy()
     for column in ("cpu_util", "loop_lag_p99_s"):
         if column in table:

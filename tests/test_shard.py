@@ -17,6 +17,7 @@ from sharding import QUICK, journal_meta, poll, sweep_in_thread
 from llmlat import read, sweep
 from llmlat._loadshapes import plan_levels
 from llmlat._shard._partition import request_id, shard_plans, split_evenly
+from llmlat._summary import summarize
 
 
 def test_the_union_of_shard_schedules_is_the_single_process_schedule():
@@ -111,6 +112,15 @@ def test_closed_loop_over_two_processes_splits_n(sim_process):
     assert sorted(req["worker"].unique()) == [0, 1, 2] and (req["worker"] % 2 == req["shard"]).all()
     assert req.groupby("shard").size().tolist() == [4, 2]
     assert req["in_flight"].max() <= 2  # each shard counts its own requests in flight
+    # one levels row per shard: the level is flagged when any shard that took part was busy
+    calm = result.levels.assign(loop_lag_p99_s=0.0)
+
+    def flagged(levels):
+        return summarize(req, result.attempts, levels)["client_bound"].tolist()
+
+    assert flagged(calm.assign(cpu_util=[0.05, 0.05])) == [False]
+    assert flagged(calm.assign(cpu_util=[0.05, 0.95])) == [True]
+    assert flagged(calm.assign(cpu_util=[0.05, 0.99], issued=[6, 0])) == [False]  # idle shard
 
 
 def test_a_shard_killed_mid_level_keeps_its_rows_and_the_others_finish(sim_process, tmp_path):
