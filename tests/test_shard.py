@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from sharding import QUICK, journal_meta, poll, sweep_in_thread
 
 from llmlat import read, sweep
 from llmlat._loadshapes import plan_levels
 from llmlat._shard._partition import request_id, shard_plans, split_evenly
 from llmlat._summary import summarize
+from llmlat.config import SweepConfig
 
 
 def test_the_union_of_shard_schedules_is_the_single_process_schedule():
@@ -160,3 +162,25 @@ def test_ctrl_c_stops_every_shard_with_the_grace_and_saves(sim_process, tmp_path
     assert not (result.requests["error_kind"] == "cancelled").any()
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"workers": 0}, "workers"),
+        ({"cluster": "k8s"}, "cluster"),
+        ({"cluster": "local", "ray_address": "auto"}, "ray_address"),
+    ],
+)
+def test_bad_shard_options_name_the_field(bad, field):
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        SweepConfig(rate=1.0, **bad)
+
+
+def test_a_payload_function_the_processes_cannot_import_is_refused(sim_process):
+    def payload(request_id):
+        return "hi"
+
+    payload.__module__ = "__main__"  # as in a notebook or a script
+    with pytest.raises(ValueError, match=r"^payload: a callable must be importable"):
+        sweep(payload, url=sim_process[0], rate=1.0, requests=2, workers=2, **QUICK)
