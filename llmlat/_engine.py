@@ -116,14 +116,6 @@ class Sweeper:
         self._save = (
             None if cfg.save is None else check_save_path(cfg.save, overwrite=cfg.overwrite)
         )
-        # room for a socket per request in flight (two with an in-process simulator, which
-        # holds the other end); None: an open loop without a cap
-        caps = [c for p in self._plans if (c := p.workers or p.max_in_flight) is not None]
-        ensure_open_files(
-            max(caps) if len(caps) == len(self._plans) else None,
-            2 if cfg.url is None and not cfg.simulator_process else 1,
-            "concurrency" if self._plans[0].workers else "max_in_flight",
-        )
         self._run_id = cfg.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         self._meta: dict[str, Any] = {}
         self._issued: list[Record] = []  # every request issued, in request_id order
@@ -205,6 +197,8 @@ class Sweeper:
         self._started = True
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        if cfg.shard_cluster() is None:  # shards check their own share, in their process
+            self._check_open_files()
         if cfg.url is not None:
             return await self._run_against(cfg.url, None)
         async with serve_simulator(cfg.sim_config(), in_process=not cfg.simulator_process) as sim:
@@ -213,6 +207,18 @@ class Sweeper:
             return await self._run_against(sim.url, jsonable(dataclasses.asdict(sim.config)))
 
     # ------------------------------------------------------------------ the run
+
+    def _check_open_files(self) -> None:
+        """Raise the open-file limit for the sockets the levels need, or refuse the sweep."""
+        cfg = self.config
+        # room for a socket per request in flight (two with an in-process simulator, which
+        # holds the other end); None: an open loop without a cap
+        caps = [c for p in self._plans if (c := p.workers or p.max_in_flight) is not None]
+        ensure_open_files(
+            max(caps) if len(caps) == len(self._plans) else None,
+            2 if cfg.url is None and not cfg.simulator_process else 1,
+            "concurrency" if self._plans[0].workers else "max_in_flight",
+        )
 
     async def _run_against(self, url: str, sim_config: dict | None) -> SweepResult:
         cfg = self.config
