@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import numpy as np
 from bench_client import CPU_SERVER, Server, raise_open_files
@@ -115,6 +116,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests and repetitions")
     args = parser.parse_args()
+    with suppress(ValueError, OSError):  # as root: room for 20,000 sockets in the server too
+        resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
     raise_open_files()
     all_cores = sorted(os.sched_getaffinity(0))
     server_core, client_core = all_cores[0], all_cores[-1]
