@@ -14,14 +14,15 @@ Printed:
    paper, 8 and 64 workers at one core each from the measured per-core cost (the server and
    the network assumed to keep up).
 2. 20,000 streams in flight over 2 workers (one level of concurrency 20,000, answers of 16
-   tokens 50 ms apart): rows == requests issued and all ok, or what was lost.
+   tokens 50 ms apart), without retries and with the default 3: rows == requests issued, how
+   many failed and why (20,000 connects at once meet the listen backlog, net.core.somaxconn).
 3. Ray start-up: ``ray.init(num_cpus=2)`` and a one-level sweep on it against the same sweep
    on local processes.
 
 Targets (issue 13): 2 workers >= 1.4x one worker; shard CPU per request grows <= 10% from 1 to
 2 workers; nothing lost at 20,000 in flight.
 
-Usage: ``flock /tmp/llmlat-bench.lock python benchmarks/bench_scale.py [--quick]``.
+Usage: ``flock /tmp/llmlat-bench.lock python benchmarks/bench_scale.py [--quick] [--sections 2,3]``.
 """
 
 from __future__ import annotations
@@ -76,17 +77,20 @@ def throughput(server: Server, workers: int, requests: int) -> dict:
     }
 
 
-def many_streams(url: str, streams: int) -> str:
+def many_streams(url: str, streams: int, retries: int) -> str:
     t0 = time.perf_counter()
-    result = sweep(url=url, concurrency=streams, requests=streams, workers=2, **COMMON)
+    options = {**COMMON, "retries": retries}
+    result = sweep(url=url, concurrency=streams, requests=streams, workers=2, **options)
     req = result.requests
     lost = streams - len(req)
     failed = int((~req["ok"]).sum())
-    kinds = req["error_kind"].value_counts().to_dict()
+    errors = req["error"].value_counts().head(3).to_dict()
+    retried = int((req["attempts"] > 1).sum())
     peak = result.requests.groupby("shard")["in_flight"].max().sum()
     return (
-        f"{len(req)} rows of {streams} issued ({lost} lost), {failed} failed {kinds or ''}; "
-        f"peak in flight {peak} (sum over shards); {time.perf_counter() - t0:.1f} s wall"
+        f"retries={retries}: {len(req)} rows of {streams} issued ({lost} lost), {failed} failed "
+        f"{errors or ''}, {retried} retried; peak in flight {peak} (sum over shards); "
+        f"{time.perf_counter() - t0:.1f} s wall"
     )
 
 
@@ -115,7 +119,9 @@ def ray_startup(url: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests and repetitions")
+    parser.add_argument("--sections", default="1,2,3", help="which parts to run, e.g. 2,3")
     args = parser.parse_args()
+    sections = {int(x) for x in args.sections.split(",")}
     with suppress(ValueError, OSError):  # as root: room for 20,000 sockets in the server too
         resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
     raise_open_files()
@@ -128,6 +134,27 @@ def main() -> None:
           f"core {client_core} (taskset), uvloop")  # fmt: skip
     print("machine load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
+    if 1 in sections:
+        scale(server_core, client_core, requests, repeat)
+    if 2 in sections:
+        print(f"\n2. {streams} streams in flight over 2 workers (16 tokens, 0.2 s TTFT, 50 ms ITL)")
+        server = Server(STREAM_SERVER, server_core)
+        try:
+            for retries in (0, 3):  # raw, then with the default retries of connection errors
+                print("   " + many_streams(server.url, streams, retries))
+        finally:
+            server.close()
+    if 3 in sections:
+        print("\n3. Ray start-up")
+        server = Server(CPU_SERVER, server_core)
+        try:
+            print("   " + ray_startup(server.url))
+        finally:
+            server.close()
+    print("machine load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+
+
+def scale(server_core: int, client_core: int, requests: int, repeat: int) -> None:
     print(f"\n1. closed loop, 256 in flight, {requests} requests of 16 tokens; best of {repeat}")
     server = Server(CPU_SERVER, server_core)
     runs: dict[str, list[dict]] = {}
@@ -158,21 +185,6 @@ def main() -> None:
     coordinator = np.median([r["coordinator_ms"] for r in runs["2 workers, 1 core"]])
     print(f"   the coordinator's own CPU, {coordinator:.3f} ms/req: one core of it merges "
           f"about {1e3 / coordinator:.0f} req/s")  # fmt: skip
-
-    print(f"\n2. {streams} streams in flight over 2 workers (16 tokens, 0.2 s TTFT, 50 ms ITL)")
-    server = Server(STREAM_SERVER, server_core)
-    try:
-        print("   " + many_streams(server.url, streams))
-    finally:
-        server.close()
-
-    print("\n3. Ray start-up")
-    server = Server(CPU_SERVER, server_core)
-    try:
-        print("   " + ray_startup(server.url))
-    finally:
-        server.close()
-    print("machine load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":
