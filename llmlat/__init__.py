@@ -5,9 +5,10 @@ change. Measure with :func:`sweep` (or :func:`asweep` under a running event loop
 :class:`Sweeper` set up once and run later); every option of a sweep is a field of
 :class:`SweepConfig` (its views: the :class:`Target` and the :class:`RetryPolicy`). Get a
 :class:`SweepResult` back (:func:`read` opens a saved one); fit queueing models with :func:`fit`
-and :func:`compare` (a :class:`FitResult`); test against the built-in :class:`Simulator` (a
-:class:`SimConfig`). :mod:`llmlat.datasets`, :mod:`llmlat.plot`, :mod:`llmlat.queueing` and
-:mod:`llmlat.schema` (the columns of :class:`Record` and :class:`Attempt`) are public modules.
+and :func:`compare` (a :class:`FitResult`; :func:`verify_plan` measures its ``plan()``); test
+against the built-in :class:`Simulator` (a :class:`SimConfig`). :mod:`llmlat.datasets`,
+:mod:`llmlat.plot`, :mod:`llmlat.queueing` and :mod:`llmlat.schema` (the columns of
+:class:`Record` and :class:`Attempt`) are public modules.
 
 Heavy pieces (statsmodels, seaborn, the simulator) load on first use, so ``import llmlat`` stays
 cheap and never imports IPython or patches asyncio.
@@ -37,6 +38,7 @@ _LAZY = {
     "SimConfig": "llmlat.sim",
     "Record": "llmlat.schema",
     "Attempt": "llmlat.schema",
+    "verify_plan": "llmlat._verify",
 }
 # public modules, reachable as attributes without importing them first (``sim`` too, for the
 # names it has always offered, though its two public classes are exported here)
@@ -63,11 +65,13 @@ __all__ = [
     "read",
     "schema",
     "sweep",
+    "verify_plan",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from llmlat import datasets, plot, queueing, schema
     from llmlat._engine import Sweeper, asweep, sweep
+    from llmlat._verify import verify_plan
     from llmlat.config import RetryPolicy, SweepConfig, Target
     from llmlat.fitting import FitResult, compare, fit
     from llmlat.results import SweepResult, read

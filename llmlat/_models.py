@@ -109,10 +109,10 @@ class Model:
             args = (p["slots"], p["t0_s"], p["t1_s"], p["tokens"], p["gamma"])
             join = p.get("join_steps", 0.0)
             if kind == "rate":
-                df = q.batch_open(loads, *args)
-                busy = df["batch_mean"].to_numpy()
+                df = q._batch_open(np.atleast_1d(loads), *args)
+                busy = df["batch_mean"]
                 step = p["t0_s"] + p["t1_s"] * busy ** p["gamma"]
-                mean = df["response_mean_s"].to_numpy() + join * step
+                mean = df["response_mean_s"] + join * step
             else:
                 # a request joins the batch at the next step boundary: that wait holds no
                 # slot, so in a closed loop it acts as think time

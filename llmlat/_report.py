@@ -172,10 +172,6 @@ def write_report(
     return report
 
 
-def _fmt(value: Any) -> Any:
-    return f"{value:.4g}" if isinstance(value, float) else value
-
-
 def _page(result: Any, summary: Any, report: Report, title: str) -> str:
     from llmlat._display import compact, to_text
 
@@ -214,7 +210,7 @@ def _page(result: Any, summary: Any, report: Report, title: str) -> str:
         parts += [
             "<h2>Capacity plan</h2>",
             f"<p>{html.escape(report.plan.describe())}</p>",
-            report.plan.to_frame().map(_fmt).to_html(),
+            report.plan.to_frame(text=True).to_html(),
         ]
     if report.figures:
         parts.append("<h2>Figures</h2>")

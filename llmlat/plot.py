@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llmlat.fitting import FitResult
     from llmlat.results import SweepResult
 
-    Data = SweepResult | pd.DataFrame
+    Data: TypeAlias = SweepResult | pd.DataFrame
 
 __all__ = ["ecdf", "errors", "latency", "overview", "throughput", "utilization"]
 
@@ -264,7 +264,9 @@ def _stats_of(sweep: _Sweep, metric: str, stats: Sequence[str] | None) -> tuple[
     for want in _DEFAULT_STATS:
         quantiles = [s for s in have if _STATS[s] is not None and s not in chosen]
         if quantiles:
-            chosen.append(min(quantiles, key=lambda s: abs(_STATS[s] - _STATS[want])))
+            target = _STATS[want]
+            assert target is not None  # the defaults are quantiles
+            chosen.append(min(quantiles, key=lambda s: abs(float(_STATS[s] or 0.0) - target)))
     return tuple(chosen or have[:1])
 
 
@@ -335,6 +337,12 @@ def _axes(ax: Axes | None, figsize: tuple[float, float] = _FIGSIZE) -> Axes:
     with sns.axes_style(_STYLE):
         fig = _ShownFigure(figsize=figsize, layout="constrained")
         return fig.add_subplot()
+
+
+def _figure_of(ax: Axes) -> Figure:
+    """Return the figure an Axes draws on (the root one for an Axes of a subfigure)."""
+    fig = ax.figure
+    return fig if isinstance(fig, Figure) else fig.figure
 
 
 def _wide(values: np.ndarray | pd.Series) -> bool:
@@ -433,6 +441,47 @@ def _caveats(
         _note(ax, "\n".join(lines))
 
 
+# short reasons for the figures' notes (FitResult.left_out says them in full)
+_LEFT_OUT_SHORT = {"refused (429) or retried": "429s"}
+_LEFT_OUT_LABEL = "left out of the fit"
+
+
+def _left_out(fit: FitResult | None, latency: bool) -> dict[float, str]:
+    """Levels a fit did not use -> short reason; overloaded ones too for a latency figure."""
+    if fit is None:
+        return {}
+    out = {v: _LEFT_OUT_SHORT.get(why, why) for v, why in fit.left_out.items()}
+    if latency and "overloaded" in fit.levels:
+        over = fit.levels.index[fit.levels["overloaded"].to_numpy(bool)]
+        out.update({float(v): "overloaded, throughput only" for v in over})
+    return dict(sorted(out.items()))
+
+
+def _mark_left_out(
+    ax: Axes, x: np.ndarray, y: np.ndarray, levels: np.ndarray, left: dict[float, str]
+) -> None:
+    """Draw the points of levels left out of the fit hollow (one legend entry)."""
+    out = np.isin(levels, list(left)) & np.isfinite(y)
+    if not out.any():
+        return
+    labelled = any(line.get_label() == _LEFT_OUT_LABEL for line in ax.get_lines())
+    ax.plot(
+        x[out],
+        y[out],
+        "o",
+        mfc="white",
+        mec="0.25",
+        zorder=3,
+        label="_nolegend_" if labelled else _LEFT_OUT_LABEL,
+    )
+
+
+def _left_out_line(left: dict[float, str]) -> list[str]:
+    if not left:
+        return []
+    return ["left out of the fit: " + ", ".join(f"{v:g} ({why})" for v, why in left.items())]
+
+
 # ---------------------------------------------------------------- public figures
 
 
@@ -455,7 +504,8 @@ def latency(
     fit : FitResult, optional
         A model fitted to the same metric; its curve of each statistic is drawn over the
         points, in the sweep's form (closed for concurrency, open for rate). A fit predicts
-        no p90, so that statistic gets no curve.
+        no p90, so that statistic gets no curve. Levels the fit left out (429s, no steady
+        state) or fitted by their throughput only (overloaded) are drawn hollow and named.
     metric : str, default "latency_s"
         The per-request time column to summarise, e.g. ``"ttft_s"``; for a per-level table,
         the time whose ``<metric>_<stat>_s`` columns are drawn (``latency_s`` ->
@@ -499,9 +549,13 @@ def latency(
         raise ValueError(f"data: no successful request with a {metric!r} value")
     ax = _axes(ax)
     palette = sns.color_palette(n_colors=len(stats))
+    left = _left_out(fit, latency=True)
     for stat, color in zip(stats, palette, strict=True):
-        _errorbar(ax, points[points["stat"] == stat], "level", color, joined=curve is None)
-        if curve is not None and _fitted(curve, fit, stat):
+        own = points[points["stat"] == stat]
+        _errorbar(ax, own, "level", color, joined=curve is None)
+        x = own["level"].to_numpy(float)
+        _mark_left_out(ax, x, own["value"].to_numpy(float), x, left)
+        if fit is not None and curve is not None and _fitted(curve, fit, stat):
             ax.plot(
                 curve["load"],
                 curve[_fit_column(fit, stat)],
@@ -513,9 +567,9 @@ def latency(
     ax.set_ylim(bottom=0)
     _cap_ylim(ax, points)
     ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs load")
-    _caveats(ax, levels)
+    _caveats(ax, levels, lines=_left_out_line(left))
     ax.legend(loc="lower right", fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def _errorbar(ax: Axes, points: pd.DataFrame, x: str, color: Any, *, joined: bool) -> None:
@@ -547,7 +601,8 @@ def utilization(
         A sweep, a requests table with the record schema, or a per-level table as
         :func:`llmlat.fit` takes it (with ``throughput_rps``).
     fit : FitResult
-        The fitted model: it gives the capacity, the metric and the curve.
+        The fitted model: it gives the capacity, the metric and the curve. Levels it left
+        out, or fitted by their throughput only, are drawn hollow and named.
     stats : sequence of str, optional
         Statistics to show, from ``"mean"``, ``"p50"``, ``"p90"``, ``"p95"``, ``"p99"``;
         by default as in :func:`latency`.
@@ -592,8 +647,17 @@ def utilization(
     points["utilization"] = points["level"].map(util)
     ax = _axes(ax)
     palette = sns.color_palette(n_colors=len(stats))
+    left = _left_out(fit, latency=True)
     for stat, color in zip(stats, palette, strict=True):
-        _errorbar(ax, points[points["stat"] == stat], "utilization", color, joined=False)
+        own = points[points["stat"] == stat]
+        _errorbar(ax, own, "utilization", color, joined=False)
+        _mark_left_out(
+            ax,
+            own["utilization"].to_numpy(float),
+            own["value"].to_numpy(float),
+            own["level"].to_numpy(float),
+            left,
+        )
         for form, curve in sorted(curves.items(), key=lambda item: item[0] != kind):
             if _fitted(curve, fit, stat):
                 open_form = form != kind
@@ -618,14 +682,14 @@ def utilization(
         )
     ax.set_xlim(0, max(1.02, 1.05 * np.nanmax(points["utilization"])))
     ax.xaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_xlabel(f"utilization (throughput / capacity {fit.capacity_rps:.3g} req/s)")
+    ax.set_xlabel(f"utilization (throughput / {_capacity_label(fit)})")
     ax.set_ylabel(_metric_label(metric))
     ax.set_ylim(bottom=0)
     _cap_ylim(ax, points)
     ax.set_title(f"{_METRIC_LABELS.get(metric, metric).capitalize()} vs utilization")
-    _caveats(ax, levels)
+    _caveats(ax, levels, lines=_left_out_line(left))
     ax.legend(loc="center left", fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None) -> Figure:
@@ -638,7 +702,8 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
         :func:`llmlat.fit` takes it; its ``throughput_rps`` is drawn.
     fit : FitResult, optional
         When given, its throughput curve is drawn, and its capacity (c*mu, or the batching
-        throughput at the slot cap) as a horizontal line that bounds the knee.
+        throughput at the slot cap) as a horizontal line that bounds the knee; levels it left
+        out are drawn hollow and named.
     ax : matplotlib.axes.Axes, optional
         Where to draw; a new figure when omitted.
 
@@ -673,13 +738,15 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
     ax = _axes(ax)
     palette = sns.color_palette()
     ax.plot(x, levels["throughput_rps"], "o-", color=palette[0], label="measured")
+    left = _left_out(fit, latency=False)
+    _mark_left_out(ax, x, levels["throughput_rps"].to_numpy(float), x, left)
     x_max = float(levels["throughput_rps"].max())  # NaN when no level has a span
     if fit is not None:
         x_max = float(fit.capacity_rps)
         curve = _fit_curve(fit, x, kind, ())
         ax.plot(curve["load"], curve["throughput_rps"], color=palette[1], label=f"{fit.model} fit")
-        ax.axhline(x_max, color=palette[1], ls="--", lw=1, label=f"fitted capacity {x_max:.3g}/s")
-    notes: list[str] = []
+        ax.axhline(x_max, color=palette[1], ls="--", lw=1, label=_capacity_label(fit))
+    notes = _left_out_line(left)
     slope = _bound_slope(levels, kind, _think_time(sweep.meta, fit))
     if slope is not None and np.isfinite(slope) and slope > 0 and x_max > 0:
         top = levels["throughput_rps"].iloc[-1]
@@ -699,7 +766,13 @@ def throughput(data: Data, fit: FitResult | None = None, ax: Axes | None = None)
     ax.set_ylim(bottom=0)
     ax.set_title("Throughput vs load")
     ax.legend(loc="lower right", fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
+
+
+def _capacity_label(fit: FitResult) -> str:
+    """Name the fitted capacity, saying so when the fit does not identify it."""
+    shown = f"capacity {fit.capacity_rps:.3g} req/s"
+    return f"fitted {shown}" if fit.capacity_identified else f"{shown}, not identified"
 
 
 def _think_time(meta: dict, fit: FitResult | None) -> float:
@@ -772,7 +845,7 @@ def ecdf(data: Data, metric: str = "latency_s", ax: Axes | None = None) -> Figur
     ax.set_title(f"Distribution of {_METRIC_LABELS.get(metric, metric)} per level")
     # a CDF is low where x is small, so the upper left corner stays clear
     sns.move_legend(ax, "upper left", title=_level_label(kind), fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def errors(data: Data, ax: Axes | None = None) -> Figure:
@@ -821,7 +894,7 @@ def errors(data: Data, ax: Axes | None = None) -> Figure:
     ax.set_ylabel("share")
     ax.set_title("Errors vs load")
     ax.legend(loc="upper right" if sweep.per_level else "upper left", fontsize="small")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def _without_rows(ax: Axes, text: str) -> Figure:
@@ -829,7 +902,7 @@ def _without_rows(ax: Axes, text: str) -> Figure:
     ax.set_axis_off()
     ax.set_title("Distribution per level")
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="0.35")
-    return ax.figure
+    return _figure_of(ax)
 
 
 def overview(data: Data, fit: FitResult | None = None) -> Figure:

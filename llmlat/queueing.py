@@ -6,6 +6,11 @@ Conventions: ``lam`` is the arrival rate (requests/s), ``mu`` the service rate o
 model evaluated past saturation (``rho >= 1``) returns ``inf`` waits rather than raising, so a
 curve over a load grid can be drawn up to the wall.
 
+The numerics return numpy arrays: the private cores (``_mmc``, ``_closed``, ``_batch_open``, ...)
+give a dict of named arrays, which the fitting code uses directly; only the public functions that
+tabulate several metrics (:func:`mmc`, :func:`closed_mmc`, :func:`batch_open`, ...) wrap it in a
+:class:`pandas.DataFrame`, at the edge.
+
 Erlang B and C use the recursion on ``1 / B`` (no factorials, no cancellation), exact for any
 number of servers; the closed system (N clients, think time Z) and the continuous-batching
 server are birth-death chains solved in log space, so they stay finite for thousands of clients.
@@ -14,6 +19,7 @@ server are birth-death chains solved in log space, so they stay finite for thous
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -47,7 +53,9 @@ __all__ = [
     "mmck",
 ]
 
-ArrayLike = float | int | np.ndarray | pd.Series | list
+ArrayLike: TypeAlias = float | int | np.ndarray | pd.Series | list
+#: Named arrays of one model over a load grid (a DataFrame's columns, before the edge).
+Columns: TypeAlias = dict[str, np.ndarray]
 
 
 def _arr(x: ArrayLike) -> np.ndarray:
@@ -166,25 +174,28 @@ def mmc(lam: ArrayLike, mu: float, c: int = 1) -> pd.DataFrame:
         ``response_mean_s``, ``queue_mean`` (Lq) and ``in_system_mean`` (L). Waits are ``inf``
         at or past saturation.
     """
-    lam_arr = np.atleast_1d(_arr(lam))
     _check_rates(mu=mu, c=c)
-    a = lam_arr / mu
+    return pd.DataFrame(_mmc(np.atleast_1d(_arr(lam)), mu, c))
+
+
+def _mmc(lam: np.ndarray, mu: float, c: int, cv_s: float = 1.0) -> Columns:
+    """Compute the columns of :func:`mmc` (Allen-Cunneen's wait for ``cv_s != 1``), unvalidated."""
+    a = lam / mu
     rho = a / c
     pw = erlang_c(c, a)
     with np.errstate(divide="ignore"):
-        wq = np.where(rho < 1.0, pw / np.maximum(c * mu - lam_arr, 0.0), np.inf)
+        wq = np.where(rho < 1.0, pw / np.maximum(c * mu - lam, 0.0), np.inf)
+    wq = wq * (1.0 + cv_s**2) / 2.0
     w = wq + 1.0 / mu
-    return pd.DataFrame(
-        {
-            "lam": lam_arr,
-            "utilization": rho,
-            "p_wait": pw,
-            "wait_mean_s": wq,
-            "response_mean_s": w,
-            "queue_mean": lam_arr * wq,
-            "in_system_mean": lam_arr * w,
-        }
-    )
+    return {
+        "lam": lam,
+        "utilization": rho,
+        "p_wait": pw,
+        "wait_mean_s": wq,
+        "response_mean_s": w,
+        "queue_mean": lam * wq,
+        "in_system_mean": lam * w,
+    }
 
 
 def mm1(lam: ArrayLike, mu: float) -> pd.DataFrame:
@@ -202,22 +213,24 @@ def mm1(lam: ArrayLike, mu: float) -> pd.DataFrame:
     pandas.DataFrame
         Same columns as :func:`mmc`; here ``p_wait = rho``, ``W = 1 / (mu - lam)``.
     """
-    lam_arr = np.atleast_1d(_arr(lam))
     _check_rates(mu=mu, c=1)
-    rho = lam_arr / mu
+    return pd.DataFrame(_mm1(np.atleast_1d(_arr(lam)), mu))
+
+
+def _mm1(lam: np.ndarray, mu: float) -> Columns:
+    """Compute the columns of :func:`mm1` in closed form, unvalidated."""
+    rho = lam / mu
     with np.errstate(divide="ignore"):
-        w = np.where(rho < 1.0, 1.0 / np.maximum(mu - lam_arr, 0.0), np.inf)
-    return pd.DataFrame(
-        {
-            "lam": lam_arr,
-            "utilization": rho,
-            "p_wait": np.minimum(rho, 1.0),
-            "wait_mean_s": w - 1.0 / mu,
-            "response_mean_s": w,
-            "queue_mean": np.where(rho < 1.0, rho**2 / np.maximum(1.0 - rho, 1e-300), np.inf),
-            "in_system_mean": lam_arr * w,
-        }
-    )
+        w = np.where(rho < 1.0, 1.0 / np.maximum(mu - lam, 0.0), np.inf)
+    return {
+        "lam": lam,
+        "utilization": rho,
+        "p_wait": np.minimum(rho, 1.0),
+        "wait_mean_s": w - 1.0 / mu,
+        "response_mean_s": w,
+        "queue_mean": np.where(rho < 1.0, rho**2 / np.maximum(1.0 - rho, 1e-300), np.inf),
+        "in_system_mean": lam * w,
+    }
 
 
 def mmc_response_cdf(t: ArrayLike, lam: ArrayLike, mu: float, c: int = 1) -> np.ndarray:
@@ -377,13 +390,8 @@ def mgc_allen_cunneen(lam: ArrayLike, mu: float, c: int = 1, cv_s: float = 1.0) 
     """
     if cv_s < 0:
         raise ValueError("cv_s: coefficient of variation must be >= 0")
-    out = mmc(lam, mu, c)
-    wq = out["wait_mean_s"].to_numpy() * (1.0 + cv_s**2) / 2.0
-    out["wait_mean_s"] = wq
-    out["response_mean_s"] = wq + 1.0 / mu
-    out["queue_mean"] = out["lam"] * wq
-    out["in_system_mean"] = out["lam"] * out["response_mean_s"]
-    return out
+    _check_rates(mu=mu, c=c)
+    return pd.DataFrame(_mmc(np.atleast_1d(_arr(lam)), mu, c, cv_s))
 
 
 def mgc_response_quantile(
@@ -531,7 +539,11 @@ def mmck(lam: ArrayLike, mu: float, c: int, k: int) -> pd.DataFrame:
     _check_rates(mu=mu, c=c)
     if k < c:
         raise ValueError("k: system capacity must be >= c")
-    lam_arr = np.atleast_1d(_arr(lam))
+    return pd.DataFrame(_mmck(np.atleast_1d(_arr(lam)), mu, c, k))
+
+
+def _mmck(lam_arr: np.ndarray, mu: float, c: int, k: int) -> Columns:
+    """Compute the columns of :func:`mmck`, unvalidated."""
     n = np.arange(k + 1)
     servers = np.minimum(np.maximum(n, 1), c)
     log_rate = np.concatenate([[0.0], np.cumsum(np.log(mu * servers[1:]))])
@@ -545,16 +557,14 @@ def mmck(lam: ArrayLike, mu: float, c: int, k: int) -> pd.DataFrame:
     ls = p @ n
     with np.errstate(divide="ignore", invalid="ignore"):
         w = np.where(x > 0, ls / x, 1.0 / mu)
-    return pd.DataFrame(
-        {
-            "lam": lam_arr,
-            "p_block": block,
-            "throughput_rps": x,
-            "utilization": x / (c * mu),
-            "in_system_mean": ls,
-            "response_mean_s": w,
-        }
-    )
+    return {
+        "lam": lam_arr,
+        "p_block": block,
+        "throughput_rps": x,
+        "utilization": x / (c * mu),
+        "in_system_mean": ls,
+        "response_mean_s": w,
+    }
 
 
 def _check_rates(mu: float, c: int) -> None:
@@ -638,21 +648,28 @@ def closed_queue(
         ``n_clients``, ``throughput_rps``, ``response_mean_s`` (L / X, which equals N / X - Z)
         and ``in_system_mean`` (mean requests at the station, L).
     """
+    return pd.DataFrame(_closed(_clients(n_clients, think_s), think_s, rate))
+
+
+def _clients(n_clients: ArrayLike, think_s: float) -> np.ndarray:
+    """Validate the concurrency levels of a closed system (as int64)."""
     nc = np.atleast_1d(np.asarray(n_clients))
     if np.any(nc < 1) or np.any(nc % 1 != 0):
         raise ValueError("n_clients: concurrency must be a positive integer")
     if think_s < 0:
         raise ValueError("think_s: think time must be >= 0")
-    nc = nc.astype(np.int64)
+    return nc.astype(np.int64)
+
+
+def _closed(nc: np.ndarray, think_s: float, rate: Callable[[np.ndarray], np.ndarray]) -> Columns:
+    """Compute the columns of :func:`closed_queue`, unvalidated."""
     x, ls = _closed_means(nc, think_s, rate)
-    return pd.DataFrame(
-        {
-            "n_clients": nc,
-            "throughput_rps": x,
-            "response_mean_s": ls / x,
-            "in_system_mean": ls,
-        }
-    )
+    return {
+        "n_clients": nc,
+        "throughput_rps": x,
+        "response_mean_s": ls / x,
+        "in_system_mean": ls,
+    }
 
 
 def _mmc_rate(mu: float, c: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -682,9 +699,9 @@ def closed_mmc(n_clients: ArrayLike, mu: float, c: int = 1, think_s: float = 0.0
         The columns of :func:`closed_queue` plus ``utilization`` (X / (c mu)).
     """
     _check_rates(mu=mu, c=c)
-    out = closed_queue(n_clients, think_s, _mmc_rate(mu, c))
+    out = _closed(_clients(n_clients, think_s), think_s, _mmc_rate(mu, c))
     out["utilization"] = out["throughput_rps"] / (c * mu)
-    return out
+    return pd.DataFrame(out)
 
 
 def closed_arrival_distribution(
@@ -838,11 +855,12 @@ def hypoexp_mix_logpdf(
     x = (c - 1) * mu * t
     log_x = np.log(x)
     log_r = np.log(c / (c - 1.0))
-    log_p = _log_gammainc(np.float64(top + 1), x) if top >= 1 else None
-    for j in range(top, 0, -1):
-        log_p = np.logaddexp(log_p, j * log_x - x - special.gammaln(j + 1.0))
-        if j in logw:
-            acc = np.logaddexp(acc, logw[j] + j * log_r + log_p)
+    if top >= 1:
+        log_p = _log_gammainc(np.full(x.shape, top + 1.0), x)
+        for j in range(top, 0, -1):
+            log_p = np.logaddexp(log_p, j * log_x - x - special.gammaln(j + 1.0))
+            if j in logw:
+                acc = np.logaddexp(acc, logw[j] + j * log_r + log_p)
     if 0 in logw:
         acc = np.logaddexp(acc, logw[0])
     return np.log(mu) - mu * t + acc
@@ -1011,10 +1029,16 @@ def batch_open(
         ``lam``, ``utilization`` (lam over the capacity at B), ``in_system_mean``,
         ``response_mean_s``, ``batch_mean``.
     """
-    lam_arr = np.atleast_1d(_arr(lam))
-    b = int(slots)
-    if b < 1:
+    if int(slots) < 1:
         raise ValueError("slots: slot cap must be a positive integer")
+    return pd.DataFrame(_batch_open(np.atleast_1d(_arr(lam)), slots, t0_s, t1_s, tokens, gamma))
+
+
+def _batch_open(
+    lam_arr: np.ndarray, slots: int, t0_s: float, t1_s: float, tokens: float, gamma: float
+) -> Columns:
+    """Compute the columns of :func:`batch_open`, unvalidated."""
+    b = int(slots)
 
     def rate(n: np.ndarray) -> np.ndarray:
         return batch_service_rate(n, b, t0_s, t1_s, tokens, gamma)
@@ -1038,15 +1062,13 @@ def batch_open(
     busy = (w @ np.minimum(n, b) + b * tail_mass) / z
     with np.errstate(divide="ignore", invalid="ignore"):
         resp = np.where(ok, ls / lam_arr, np.inf)
-    return pd.DataFrame(
-        {
-            "lam": lam_arr,
-            "utilization": rho,
-            "in_system_mean": np.where(ok, ls, np.inf),
-            "response_mean_s": resp,
-            "batch_mean": np.where(ok, busy, b),
-        }
-    )
+    return {
+        "lam": lam_arr,
+        "utilization": rho,
+        "in_system_mean": np.where(ok, ls, np.inf),
+        "response_mean_s": resp,
+        "batch_mean": np.where(ok, busy, b),
+    }
 
 
 def batch_closed(
@@ -1082,15 +1104,15 @@ def batch_closed(
         the capacity at B,
         or at the largest N when the cap is not reached).
     """
-    nc = np.atleast_1d(np.asarray(n_clients))
+    nc = _clients(n_clients, think_s)
 
     def rate(n: np.ndarray) -> np.ndarray:
         return batch_service_rate(n, slots, t0_s, t1_s, tokens, gamma)
 
-    out = closed_queue(nc, think_s, rate)
+    out = _closed(nc, think_s, rate)
     cap = float(rate(np.array([min(slots, float(nc.max()))]))[0])
     out["utilization"] = out["throughput_rps"] / cap
-    return out
+    return pd.DataFrame(out)
 
 
 def littles_law(

@@ -47,6 +47,10 @@ def test_demo_prints_summary_fit_plan_and_report_path(demo_run):
     )
     for text in ("p95 s", "throughput /s", "queueing fit", "[0.025", "Plan for latency p95"):
         assert text in stdout
+    # no NaN or search bound printed as an answer: what the data leave open says so
+    page = (out / "index.html").read_text(encoding="utf-8")
+    for shown in (stdout, page):
+        assert not re.search(r"\b(nan|NaN|inf)\b", shown)
 
 
 def test_demo_report_holds_figures_and_the_dataset(demo_run):

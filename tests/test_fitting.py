@@ -377,11 +377,11 @@ def test_throughput_is_the_summary_steady_window_rate():
 
 
 def test_maximum_likelihood_on_binned_times_matches_every_time(monkeypatch):
-    import llmlat.fitting as fitting
+    import llmlat.fitting._estimate as estimate
 
     req = mmc_closed_requests([1, 2, 4, 8], mu=2.0, c=2, n=3000, seed=10)
     exact = fit(req, model="closed")
-    monkeypatch.setattr(fitting, "_BINS", 200)  # every level now binned (3000 > 2 x 200)
+    monkeypatch.setattr(estimate, "_BINS", 200)  # every level now binned (3000 > 2 x 200)
     binned = fit(req, model="closed")
     assert binned.params["c"] == exact.params["c"]
     se = exact.bse["mu"]

@@ -44,6 +44,7 @@ PUBLIC = [
     "read",
     "schema",
     "sweep",
+    "verify_plan",
 ]
 
 

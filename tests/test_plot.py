@@ -576,7 +576,8 @@ def test_level_table_throughput_is_its_column(level_table, level_fit):
     assert measured.get_label() == "measured"
     np.testing.assert_allclose(measured.get_xdata(), level_table["level"])
     np.testing.assert_allclose(measured.get_ydata(), level_table["throughput_rps"])
-    (cap,) = [line for line in ax.get_lines() if line.get_label().startswith("fitted capacity")]
+    # c is not identified here (no knee up to 512): the line says so
+    (cap,) = [line for line in ax.get_lines() if "not identified" in line.get_label()]
     assert cap.get_ydata()[0] == pytest.approx(level_fit.capacity_rps)
     # without a fit the knee is X_max * R0: the best throughput times the lowest mean latency
     knee = _knee(plot.throughput(level_table).axes[0])
@@ -646,3 +647,45 @@ def test_level_table_missing_statistic_is_a_clear_value_error(level_table, level
         with pytest.raises(ValueError, match=match) as info:
             call()
         assert "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------- levels left out of a fit
+
+
+def _hollow(ax):
+    """Points drawn hollow (white face): the levels a fit left out."""
+    return [
+        line
+        for line in ax.get_lines()
+        if line.get_marker() == "o" and line.get_markerfacecolor() in ("white", (1, 1, 1, 1))
+    ]
+
+
+@pytest.mark.parametrize("kind", ["latency", "throughput", "utilization"])
+def test_levels_left_out_of_a_fit_are_hollow_and_named(closed, mmc_fit, kind):
+    fit = llmlat.fit(closed, model="mmc")  # the queue cap refuses at N = 32: left out
+    assert fit.left_out == {32.0: "refused (429) or retried"}
+    ax = fit.plot(kind).axes[0]
+    hollow = _hollow(ax)
+    assert hollow and all(len(line.get_xdata()) == 1 for line in hollow)
+    if kind != "utilization":  # x is the level itself
+        assert {float(line.get_xdata()[0]) for line in hollow} == {32.0}
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend.count("left out of the fit") == 1
+    if kind == "throughput":  # the cap of the fit is named as what it is
+        labels = [line.get_label() for line in ax.get_lines()]
+        assert any(label.startswith("fitted capacity") for label in labels)
+    assert any("left out of the fit: 32 (429s)" in t.get_text() for t in ax.texts)
+    # a fit that kept every level draws nothing hollow and names nothing
+    ax = mmc_fit.plot(kind).axes[0]
+    assert not mmc_fit.left_out and not _hollow(ax)
+    assert not any("left out" in t.get_text() for t in ax.texts)
+
+
+def test_a_capacity_the_fit_does_not_identify_is_labelled_so(level_table):
+    fit = llmlat.fit(level_table, model="batch")  # throughput still grows at the top level
+    assert not fit.capacity_identified
+    ax = fit.plot("throughput").axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert any(label.endswith("req/s, not identified") for label in labels)
+    assert "not identified" in fit.plot("utilization").axes[0].get_xlabel()

@@ -1,0 +1,437 @@
+"""Estimation of one station model: the objective, the profile over the integer, the glue."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from scipy import optimize, stats
+from statsmodels.base.model import GenericLikelihoodModel
+
+from llmlat._aggregate import Observed, latency_levels
+from llmlat._models import Model
+
+_LOG2PI = np.log(2 * np.pi)
+
+
+class _Likelihood(GenericLikelihoodModel):
+    """statsmodels wrapper around a per-observation log-likelihood closure."""
+
+    def __init__(self, fn, nobs: int, names: list[str]):
+        self._fn = fn
+        super().__init__(np.zeros(nobs), extra_params_names=names)
+
+    def loglikeobs(self, params):
+        return self._fn(np.asarray(params))
+
+
+@dataclass
+class _Estimate:
+    theta: np.ndarray  # log-scale continuous parameters (+ log scale for WLS)
+    k: int | None
+    llf: float
+    profile: dict[int, float]
+    p: dict
+    cov: np.ndarray
+    #: integer -> best continuous parameters there (log scale), where profiled
+    thetas: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+class _Problem:
+    """One model, one data set, one estimation method: the objective for each integer."""
+
+    def __init__(self, model: Model, obs: Observed, method: str, stat: str, fixed: dict):
+        self.model, self.method, self.stat, self.fixed = model, method, stat, fixed
+        # overloaded open levels: their throughput is evidence of capacity, not their latency
+        self.all, self.obs = obs, latency_levels(obs)
+        flag = obs.levels["overloaded"].to_numpy(bool) if "overloaded" in obs.levels else None
+        if flag is None or not flag.any():
+            self.x_over = self.se_over = self.lam_over = np.empty(0)
+        else:
+            x = obs.levels["throughput_rps"].to_numpy(dtype=np.float64)[flag]
+            n = np.fmax(obs.levels["n"].to_numpy(dtype=np.float64)[flag], 1.0)
+            self.x_over, self.se_over = x, x / np.sqrt(n)
+            self.lam_over = obs.levels["level"].to_numpy(dtype=np.float64)[flag]
+        if len(self.obs.levels) == 0:
+            raise ValueError(
+                "level: every level is overloaded (throughput short of the offered rate); "
+                "the capacity is about "
+                f"{np.nanmax(self.x_over):.3g} req/s, but the service time needs levels below "
+                "it: measure at lower rates"
+            )
+        obs = self.obs
+        lv = obs.levels
+        self.loads = lv["level"].to_numpy(dtype=np.float64)
+        if method == "wls":
+            y = lv[f"{stat}_s"].to_numpy(dtype=np.float64)
+            se = lv[f"se_{stat}_s"].to_numpy(dtype=np.float64)
+            good = np.isfinite(se) & (se > 0)
+            rel = np.nanmedian(se[good] / y[good]) if good.any() else 0.05
+            self.y = y
+            self.se = np.where(good, np.maximum(se, 1e-9 * y), rel * y)
+            if not np.isfinite(y).all():
+                raise ValueError(f"stat: the per-level table has no {stat!r} for every level")
+            if model.family == "batch" and obs.kind == "concurrency":
+                # a level's latency scales with its own mean output length: compare every
+                # level at the run's mean length (exact for a closed loop without think time)
+                ratio = fixed["tokens"] / lv["tokens_mean"].to_numpy(dtype=np.float64)
+                ratio = np.where(np.isfinite(ratio), ratio, 1.0)
+                self.y, self.se = self.y * ratio, self.se * ratio
+            self.se = np.concatenate([self.se, self.se_over])
+        self.nobs = len(lv) if method == "wls" else int(sum(len(t) for t in obs.times))
+        self.nobs += len(self.x_over)
+        if method == "ml":
+            self.binned, self.weights = _bin_times(obs)
+
+    def _over_resid(self, p: dict) -> np.ndarray:
+        """Standardised residuals of the overloaded levels' throughput: min(lambda, capacity)."""
+        if not len(self.x_over):
+            return self.x_over
+        return (self.x_over - np.minimum(self.lam_over, self.model.capacity(p))) / self.se_over
+
+    def _over_llobs(self, p: dict) -> np.ndarray:
+        r = self._over_resid(p)
+        return -0.5 * _LOG2PI - np.log(self.se_over) - 0.5 * r**2
+
+    def params(self, theta: np.ndarray, k: int | None) -> dict:
+        return self.model.params(theta[: len(self.model.free)], k, self.fixed)
+
+    def _resid(self, theta: np.ndarray, k: int | None) -> np.ndarray:
+        p = self.params(theta, k)
+        think = p.get("level_think_s")
+        pred = self.model.predict(p, self.loads, self.obs.kind, (self.stat,), think)
+        r = (self.y - pred[f"{self.stat}_s"]) / self.se[: len(self.y)]
+        r = np.concatenate([r, self._over_resid(p)])
+        return np.where(np.isfinite(r), r, 1e6)
+
+    def llf(self, theta: np.ndarray, k: int | None) -> float:
+        """Log-likelihood, with the WLS scale concentrated out."""
+        with np.errstate(all="ignore"):
+            if self.method == "ml":
+                p = self.params(theta, k)
+                v = float(self.weights @ self.model.loglikeobs(p, self.binned))
+                v += float(np.sum(self._over_llobs(p)))
+            else:
+                r = self._resid(theta, k)
+                s2 = max(float(np.mean(r**2)), 1e-16)
+                n = len(r)
+                v = float(-0.5 * n * (_LOG2PI + 1 + np.log(s2)) - np.sum(np.log(self.se)))
+        return v if np.isfinite(v) else -1e300
+
+    def llobs_full(self, k: int | None):
+        """Per-observation log-likelihood of all parameters (WLS: log scale last)."""
+        if self.method == "ml":
+
+            def ml(th):
+                p = self.params(th, k)
+                lat = self.weights * self.model.loglikeobs(p, self.binned)
+                return np.concatenate([lat, self._over_llobs(p)])
+
+            return ml
+
+        def fn(th):
+            s = np.exp(th[-1]) * self.se
+            r = self._resid(th[:-1], k) * self.se
+            return -0.5 * _LOG2PI - np.log(s) - 0.5 * (r / s) ** 2
+
+        return fn
+
+    def llf_exact(self, theta: np.ndarray, k: int | None) -> float:
+        """Log-likelihood of every request (maximum likelihood works on binned times)."""
+        if self.method != "ml":
+            return float(np.sum(self.llobs_full(k)(theta)))
+        info = np.repeat(_information(self.obs), [len(t) for t in self.obs.times])
+        p = self.params(theta, k)
+        lat = float(info @ self.model.loglikeobs(p, self.obs))
+        return lat + float(np.sum(self._over_llobs(p)))
+
+    def lower_bound(self, k: int | None) -> float:
+        """Smallest log mu for which an open M/M/c is stable at every level."""
+        if self.obs.kind != "rate" or self.model.family != "mmc":
+            return -np.inf
+        c = 1 if self.model.name == "mm1" else k
+        return float(np.log(self.loads.max() / c)) + 1e-9
+
+    def optimise(
+        self,
+        k: int | None,
+        start: np.ndarray | None = None,
+        width: float = 4.0,
+        xatol: float = 1e-6,
+    ):
+        """Best continuous parameters at integer ``k``: from a warm start and the default one."""
+        default = self.model.start(k, self.obs, self.fixed)
+        if start is None:
+            return self._optimise_from(k, default, 4.0, xatol)[:2]
+        if self.method == "ml" and len(start) > 1:
+            # a likelihood evaluation is dear on large data: optimise from the better start
+            better = start if self.llf(start, k) >= self.llf(default, k) else default
+            return self._optimise_from(k, better.copy(), width, xatol)[:2]
+        theta, llf, edge = self._optimise_from(k, start.copy(), width, xatol)
+        if len(start) == 1 and not edge:
+            return theta, llf  # one dimension, optimum inside the bracket: nothing to gain
+        other = self._optimise_from(k, default, 4.0, xatol)
+        return (theta, llf) if llf >= other[1] else other[:2]
+
+    def _bounds(self, k: int | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Box on the log-scale parameters: stability of an open queue, a sane think time."""
+        lower, upper = np.full(n, -np.inf), np.full(n, np.inf)
+        lower[0] = self.lower_bound(k)
+        if "join_steps" in self.model.free:  # waiting for the next step: at most one step
+            i = self.model.free.index("join_steps")
+            lower[i], upper[i] = np.log(1e-3), 0.0
+        if "think_s" in self.model.free:  # log Z runs off to -inf when the data have no think
+            i = self.model.free.index("think_s")
+            means = self.obs.levels["mean_s"]
+            lower[i] = np.log(1e-4 * float(np.nanmin(means)))
+            upper[i] = np.log(1e3 * float(np.nanmax(means)))
+        return lower, upper
+
+    def _optimise_from(self, k: int | None, theta0: np.ndarray, width: float, xatol: float):
+        lo = self.lower_bound(k)
+        lower, upper = self._bounds(k, len(theta0))
+        theta0 = np.clip(theta0, lower + 1e-6, upper - 1e-6)
+        edge = False
+        if self.method == "wls":  # the concentrated Gaussian likelihood only needs sum r^2
+            with np.errstate(all="ignore"):
+                res = optimize.least_squares(
+                    lambda th: self._resid(th, k),
+                    theta0,
+                    bounds=(lower, upper),
+                    method="trf",
+                    xtol=1e-10,
+                    ftol=1e-12,
+                    max_nfev=2000,
+                )
+            theta = res.x
+        elif len(theta0) == 1:
+            a = max(theta0[0] - width, lo)
+            b = max(theta0[0] + width, a + 1.0)
+            res = optimize.minimize_scalar(
+                lambda x: -self.llf(np.array([x]), k),
+                bounds=(a, b),
+                method="bounded",
+                options={"xatol": xatol},
+            )
+            theta = np.array([res.x])
+            edge = min(res.x - a, b - res.x) < 1e-4
+        else:
+            # smooth likelihood: quasi-Newton with a numerical gradient, then Nelder-Mead only
+            # if that stopped on a non-finite step
+            box = list(zip(lower, upper, strict=True))
+            res = optimize.minimize(
+                lambda th: -self.llf(th, k), theta0, method="L-BFGS-B", bounds=box
+            )
+            if not res.success:
+                res = optimize.minimize(
+                    lambda th: -self.llf(th, k),
+                    res.x,
+                    method="Nelder-Mead",
+                    bounds=box,
+                    options={"xatol": 1e-7, "fatol": 1e-9, "maxiter": 4000, "adaptive": True},
+                )
+            theta = res.x
+        return theta, self.llf(theta, k), edge
+
+
+#: Maximum likelihood on a level with more requests than twice this works on this many bins of
+#: equal counts, each at the mean of its times: the log density is smooth on a bin's width, so
+#: the estimate moves by a small fraction of its standard error, and the cost no longer grows
+#: with the number of rows (a million rows: seconds, not a minute).
+_BINS = 2000
+
+
+def _information(obs: Observed) -> np.ndarray:
+    """Per level: the information of one request relative to an independent draw, 1 / vif.
+
+    Consecutive requests share queue states, so n correlated requests carry the information
+    of about n / vif independent ones (vif from batch means, :mod:`llmlat.stats`); weighting
+    each request's log-likelihood by 1 / vif makes the curvature, the profile over the integer
+    and every interval honest about it (a quasi-likelihood).
+    """
+    vif = obs.levels["vif"].to_numpy(dtype=np.float64) if "vif" in obs.levels else None
+    if vif is None:
+        return np.ones(len(obs.levels))
+    return 1.0 / np.where(np.isfinite(vif), np.clip(vif, 1.0, None), 1.0)
+
+
+def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
+    times, weights = [], []
+    for t, info in zip(obs.times, _information(obs), strict=True):
+        if len(t) <= 2 * _BINS:
+            times.append(t)
+            weights.append(np.full(len(t), info))
+            continue
+        s = np.sort(t)
+        edges = np.linspace(0, len(s), _BINS + 1).astype(np.int64)[:-1]
+        counts = np.diff(np.append(edges, len(s)))
+        times.append(np.add.reduceat(s, edges) / counts)
+        weights.append(info * counts.astype(np.float64))
+    return replace(obs, times=times), np.concatenate(weights)
+
+
+def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, tuple]:
+    """Maximise over the continuous parameters at each integer; coarse-to-fine search."""
+    cache: dict[int, tuple] = {}
+
+    def ev(k: int) -> float:
+        if k not in cache:
+            near = min(cache, key=lambda j: abs(j - k)) if cache else None
+            start = cache[near][0] if near is not None and abs(near - k) <= 2 else None
+            cache[k] = problem.optimise(k, start)
+        return cache[k][1]
+
+    if candidates is not None:
+        for k in candidates:
+            ev(int(k))
+        return cache
+    grid = np.unique(np.round(np.geomspace(lo, hi, 24)).astype(int)) if hi > lo else [lo]
+    for k in grid:
+        ev(int(k))
+    while True:
+        keys = sorted(cache)
+        best = max(keys, key=lambda k: cache[k][1])
+        i = keys.index(best)
+        a = keys[i - 1] if i > 0 else best
+        b = keys[i + 1] if i + 1 < len(keys) else best
+        todo = [k for k in range(a, b + 1) if k not in cache]
+        if not todo:
+            break
+        step = max(1, len(todo) // 8)
+        for k in todo[::step]:
+            ev(k)
+    # the edges of {k: llf(k) >= best - 3}, by bisection (the profile is unimodal), for the
+    # interval on the integer
+    best = max(cache, key=lambda k: cache[k][1])
+    cut = cache[best][1] - 3.0
+    for edge in (lo, hi):
+        inside, outside = best, edge
+        if ev(edge) >= cut:
+            continue
+        while abs(outside - inside) > 1:
+            mid = (inside + outside) // 2
+            inside, outside = (mid, outside) if ev(mid) >= cut else (inside, mid)
+        ev(inside + (1 if edge > best else -1))
+    return cache
+
+
+def _walk(problem: _Problem, k0: int, lo: int, hi: int, starts: dict) -> dict[int, tuple]:
+    """Hill-climb the integer from ``k0`` (used for maximum likelihood, where a fit is dear)."""
+    cache: dict[int, tuple] = {}
+
+    def ev(k: int) -> float:
+        if k not in cache:  # a rough optimum first: enough to rank the integers
+            cache[k] = problem.optimise(
+                k, starts.get(k), width=0.3 if k in starts else 4.0, xatol=1e-3
+            )
+        return cache[k][1]
+
+    for k in (k0 - 1, k0, k0 + 1):
+        if lo <= k <= hi:
+            ev(k)
+    while True:
+        best = max(cache, key=lambda k: cache[k][1])
+        nxt = [k for k in (best - 1, best + 1) if lo <= k <= hi and k not in cache]
+        if not nxt:
+            break
+        for k in nxt:
+            ev(k)
+    best = max(cache, key=lambda k: cache[k][1])
+    cut = cache[best][1] - 3.0
+    for direction in (-1, 1):
+        k = best
+        while lo <= k + direction <= hi and cache[k][1] >= cut:
+            k += direction
+            ev(k)
+    edge = cache[best][1] - stats.chi2.ppf(0.95, 1) / 2
+    for k, (theta, llf) in list(cache.items()):
+        # polish where the rough value could change the interval on the integer; the best
+        # one is polished by statsmodels
+        if k != best and abs(llf - edge) < 5:
+            cache[k] = problem.optimise(k, theta, width=0.01)
+    return cache
+
+
+def _estimate(problem: _Problem, candidates=None) -> _Estimate:
+    model = problem.model
+    if model.integer is None:
+        theta, llf = problem.optimise(None)
+        prof: dict[int, float] = {}
+        k = None
+    else:
+        lo, hi = model.int_range(problem.obs)
+        if problem.method == "ml" and candidates is None:
+            # cheap per-level profile first, then a short walk on the full likelihood
+            coarse_prob = _Problem(model, problem.all, "wls", "mean", problem.fixed)
+            coarse = _profile(coarse_prob, lo, hi)
+            k0 = max(coarse, key=lambda j: coarse[j][1])
+            _check_saturation(model, problem.all, coarse, hi)
+            cache = _walk(problem, k0, lo, hi, {j: v[0] for j, v in coarse.items()})
+        else:
+            cache = _profile(problem, lo, hi, candidates)
+        k = max(cache, key=lambda j: cache[j][1])
+        if candidates is None:
+            _check_saturation(model, problem.all, cache, hi)
+        theta, llf = cache[k]
+        prof = {j: v[1] for j, v in sorted(cache.items())}
+    theta_full, cov, llf = _statsmodels_fit(problem, theta, k, llf)
+    if k is not None:
+        prof[k] = max(prof[k], llf)
+    thetas = {j: v[0] for j, v in cache.items()} if k is not None else {}
+    return _Estimate(theta_full, k, llf, prof, problem.params(theta_full, k), cov, thetas)
+
+
+def _check_saturation(model: Model, obs: Observed, cache: dict, hi: int) -> None:
+    if model.family != "mmc" or hi not in cache:
+        return
+    best = max(cache, key=lambda j: cache[j][1])
+    if cache[hi][1] >= cache[best][1] - 1.92:
+        lv = obs.levels["level"]
+        what = "concurrency" if obs.kind == "concurrency" else "request rate"
+        raise ValueError(
+            f"level: no saturation reached between {lv.min():g} and {lv.max():g} "
+            f"({obs.kind}); the number of servers c is not bounded by the data. Measure at a "
+            f"higher {what} (e.g. up to {4 * lv.max():g}) until throughput stops growing"
+        )
+
+
+def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
+    """Polish with statsmodels and take the covariance from its Hessian."""
+    names = [f"log_{n}" for n in problem.model.free]
+    start = theta
+    if problem.method == "wls":
+        r = problem._resid(theta, k)
+        start = np.append(theta, 0.5 * np.log(max(float(np.mean(r**2)), 1e-16)))
+        names.append("log_scale")
+    nobs = problem.nobs if problem.method == "wls" else len(problem.weights) + len(problem.x_over)
+    mod = _Likelihood(problem.llobs_full(k), nobs, names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = mod.fit(start_params=start, method="bfgs", maxiter=100, disp=0)
+        try:
+            cov = np.asarray(res.cov_params()) if np.isfinite(res.llf) else None
+        except ValueError:  # singular Hessian: a parameter the data do not pin down
+            cov = None
+    full = np.asarray(res.params)
+    # the polish is unconstrained: a step out of the box (e.g. join_steps > 1 step) is refused,
+    # and the curvature at the bounded optimum taken instead
+    n = len(problem.model.free)
+    lower, upper = problem._bounds(k, n)
+    outside = np.any((full[:n] < lower - 1e-9) | (full[:n] > upper + 1e-9))
+    if not np.isfinite(res.llf) or res.llf < llf - 1e-6 or outside:
+        full, cov = start, _inverse_curvature(mod, start)
+    if cov is None or not np.all(np.isfinite(np.diag(cov))):
+        cov = np.full((len(full), len(full)), np.nan)
+    return full, cov, problem.llf_exact(full, k)
+
+
+def _inverse_curvature(mod: _Likelihood, theta: np.ndarray) -> np.ndarray | None:
+    """Covariance from the numerical Hessian at ``theta``, or None when it is not definite."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            cov = np.linalg.inv(-np.asarray(mod.hessian(theta)))
+        except np.linalg.LinAlgError:
+            return None
+    return cov if np.all(np.diag(cov) > 0) else None

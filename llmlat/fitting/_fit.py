@@ -1,0 +1,381 @@
+"""``fit`` and ``compare``: pick model and method, check the levels, estimate, build results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from llmlat._aggregate import Observed, observe
+from llmlat._models import MODELS, Model
+from llmlat.fitting._estimate import _estimate, _Problem
+from llmlat.fitting._results import FitResult
+
+#: Default of ``max_refused``: levels with a larger share of 429s or retries are not fitted.
+MAX_REFUSED = 0.05
+
+_MODEL_NAMES = ("mm1", "mmc", "mgc", "closed", "batch")
+
+
+def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[dict, list[str]]:
+    notes = []
+    z = think_s if think_s is not None else obs.think_s
+    if obs.kind == "concurrency" and not np.isfinite(z):
+        z = 0.0
+        notes.append("think time unknown: assumed 0 s (pass think_s=...)")
+    elif (
+        obs.kind == "concurrency"
+        and think_s is None
+        and z < 0.01 * float(np.nanmin(obs.levels["mean_s"]))
+    ):
+        z = 0.0  # a client's bookkeeping between requests is not think time
+    fixed: dict = {"think_s": float(z) if obs.kind == "concurrency" else 0.0}
+    if obs.kind == "concurrency" and think_s is None:
+        # each level with the client time measured at that level (a client that falls behind
+        # at high concurrency keeps fewer requests in flight than N)
+        per = obs.levels["think_s"].to_numpy(dtype=np.float64)
+        small = per < 0.01 * obs.levels["mean_s"].to_numpy(dtype=np.float64)
+        per = np.where(np.isfinite(per), np.where(small, 0.0, per), fixed["think_s"])
+        if np.any(per > 0):
+            fixed["level_think_s"] = per
+    if "think_s" in model.free:
+        fixed["think_s_start"] = fixed.pop("think_s")
+        fixed.pop("level_think_s", None)
+    if model.family == "batch":
+        tok = tokens if tokens is not None else obs.tokens
+        if not np.isfinite(tok):
+            tok = 1.0
+            notes.append("output tokens per request unknown: t0_s, t1_s are per-request times")
+        fixed["tokens"] = float(tok)
+        fixed["tokens_q"] = obs.tokens_q
+        if not obs.tokens_q:
+            notes.append("output-length spread unknown: quantiles assume equal lengths")
+        if "gamma" not in model.free:
+            fixed["gamma"] = 1.0 if gamma is None else float(gamma)
+    if model.family == "mmc":
+        given = cv_s is not None
+        if not given:
+            lv = obs.levels.iloc[0]
+            cv_s = float(lv["std_s"] / lv["mean_s"])
+            if not np.isfinite(cv_s) and model.name == "mgc":
+                raise ValueError("cv_s: the data has no spread at the lightest level; pass cv_s")
+        if np.isfinite(cv_s) and (
+            model.name == "mgc" or given or _not_exponential(cv_s, obs.levels["n"].iloc[0])
+        ):
+            fixed["cv_s"] = float(cv_s)
+            if not given:
+                notes.append(
+                    f"service-time CV {cv_s:.3g} taken from the lightest level; quantiles "
+                    "use that service law (M/G/c), not the exponential one"
+                )
+    return fixed, notes
+
+
+def _not_exponential(cv: float, n: float) -> bool:
+    """Whether a measured service-time CV is clearly not the exponential law's 1.
+
+    The sampling error of a CV near 1 over n draws is about 1 / sqrt(n); three of them, and
+    never less than 0.15 (where the exact M/M/c quantiles are kept).
+    """
+    return bool(abs(cv - 1.0) > max(0.15, 3.0 / np.sqrt(max(float(n), 1.0))))
+
+
+def _pick_model(name: str, obs: Observed, gamma) -> Model:
+    if name not in _MODEL_NAMES:
+        raise ValueError(
+            f"model: expected one of {', '.join(_MODEL_NAMES)} or 'auto', got {name!r}"
+        )
+    if name == "batch":
+        return MODELS["batch_linear" if len(obs.levels) >= 6 else "batch_few"]
+    model = MODELS[name]
+    if obs.kind not in model.kinds:
+        hint = {"mgc": "use 'mmc' or 'closed' for a concurrency sweep", "closed": "use 'mmc'"}
+        raise ValueError(
+            f"model: {name!r} does not apply to a {obs.kind} sweep; {hint.get(name, '')}".rstrip()
+        )
+    return model
+
+
+def _dropped_text(obs: Observed) -> str:
+    """Name the levels left out and why, and the levels worth measuring instead."""
+    if not obs.dropped:
+        return ""
+    kept = obs.levels["level"].to_numpy(dtype=np.float64)
+    why = ", ".join(f"{v:g} ({r})" for v, r in sorted(obs.dropped.items()))
+    above = [v for v in obs.dropped if v > kept.max()]
+    top = min(above) if above else 4 * kept.max()
+    add = np.unique(np.round(np.geomspace(kept.max(), top, 5)[1:-1], 2 if top < 10 else 0))
+    add = [v for v in add if v not in kept and v not in obs.dropped]
+    hint = f"; add levels between {kept.max():g} and {top:g}, e.g. " if add else ""
+    return f" (left out: {why}{hint}{', '.join(f'{v:g}' for v in add)})"
+
+
+def _check_levels(model: Model, obs: Observed, method: str) -> None:
+    n = len(obs.levels)
+    if n < 2:
+        raise ValueError(
+            f"level: only one load level ({obs.levels['level'].iloc[0]:g}) can be fitted"
+            f"{_dropped_text(obs)}; a queueing model needs several. Measure at least 3 "
+            "levels, from light load up to saturation"
+        )
+    if method == "wls":
+        need = len(model.free) + 1 + (model.integer is not None)
+        if n <= need:
+            raise ValueError(
+                f"level: {n} levels cannot identify {need} parameters of {model.name!r} by "
+                f"least squares{_dropped_text(obs)}; measure at least {need + 1} levels"
+            )
+
+
+def _method(model: Model, obs: Observed, method: str, stat: str) -> str:
+    if method not in ("auto", "ml", "wls"):
+        raise ValueError(f"method: expected 'auto', 'ml' or 'wls', got {method!r}")
+    can_ml = model.distribution and obs.times is not None
+    if method == "ml" and not can_ml:
+        why = "per-level table" if obs.times is None else f"model {model.name!r}"
+        raise ValueError(f"method: maximum likelihood is not available for a {why}; use 'wls'")
+    if method == "auto":
+        return "ml" if can_ml else "wls"
+    return method
+
+
+def fit(
+    data: object,
+    model: str = "auto",
+    metric: str = "latency",
+    stat: str = "mean",
+    *,
+    method: str = "auto",
+    level_kind: str | None = None,
+    think_s: float | None = None,
+    tokens: float | None = None,
+    gamma: float | None = None,
+    cv_s: float | None = None,
+    max_refused: float | None = MAX_REFUSED,
+) -> FitResult:
+    """Fit a queueing model to measured latency at several loads.
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        A sweep, a requests table with the record schema, or a per-level table (``level``,
+        ``level_kind``, ``<metric>_mean_s``/``_p50_s``/``_p95_s``, optionally ``n``,
+        ``<metric>_std_s``, ``throughput_rps``, ``completion_tokens_mean``, ``think_s``).
+    model : {"auto", "mm1", "mmc", "mgc", "closed", "batch"}, default "auto"
+        ``auto`` fits every applicable model by least squares, keeps the lowest AIC and refits
+        it with the default method. ``closed`` is M/M/c with the think time estimated too.
+    metric : {"latency", "ttft"}, default "latency"
+        The time to model (``latency_s`` or ``ttft_s``).
+    stat : {"mean", "p50", "p95"}, default "mean"
+        Per-level statistic fitted by least squares and reported in the residuals (maximum
+        likelihood uses every request either way).
+    method : {"auto", "ml", "wls"}, default "auto"
+        ``auto``: maximum likelihood when the model gives a distribution and the data has
+        per-request rows, otherwise weighted least squares.
+    level_kind : {"concurrency", "rate"}, optional
+        Supplies or overrides the data's ``level_kind``.
+    think_s : float, optional
+        Think time between a client's requests in a closed loop (default: measured from the
+        data's ``worker`` timings or metadata, else 0).
+    tokens : float, optional
+        Output tokens per request for ``batch`` (default: mean ``completion_tokens``, else 1).
+    gamma : float, optional
+        Fix the batching step-time exponent (1 = linear). By default it is estimated when there
+        are at least 6 levels.
+    cv_s : float, optional
+        Service-time coefficient of variation for ``mgc`` (default: from the lightest level).
+    max_refused : float or None, default 0.05
+        Levels where more than this share of the measured requests was refused with 429 or
+        needed a retry are left out, with a note: the models have no admission limit, and a
+        retried request's latency holds its backoff. Only a requests table says this;
+        None fits every level.
+
+    Returns
+    -------
+    FitResult
+        Parameters, uncertainty, information criteria, residuals, predictions and planning.
+
+    Raises
+    ------
+    ValueError
+        When the data cannot identify the model (one level, every request failed, no
+        saturation), naming what to measure next, or for a bad argument.
+    """
+    if stat not in ("mean", "p50", "p95", "p99"):
+        raise ValueError(f"stat: expected 'mean', 'p50', 'p95' or 'p99', got {stat!r}")
+    obs = observe(data, metric, level_kind, _max_refused(max_refused))
+    opts = {"think_s": think_s, "tokens": tokens, "gamma": gamma, "cv_s": cv_s}
+    if model == "auto":
+        res = _fit_auto(obs, stat, method, opts)
+    else:
+        res = _fit_obs(obs, model, stat, method, opts)
+    res.data = data
+    return res
+
+
+def _max_refused(value: object) -> float | None:
+    """Check ``max_refused``: a share in [0, 1], or None."""
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise ValueError(f"max_refused: expected a share between 0 and 1, or None, got {value!r}")
+    return float(value)
+
+
+def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
+    """Rank every applicable model by least-squares AIC, refit the best with ``method``.
+
+    Level means alone hardly tell c exponential servers from a batching server (both are flat,
+    then linear in N). The requests do: at the lightest level a batch's latency is its output
+    length times a step time, far less variable than an exponential service. So when the
+    lightest level's CV is that of an exponential law, only the M/M/c family is ranked.
+    """
+    names = None
+    if obs.times is not None and opts["cv_s"] is None:
+        light = obs.levels.iloc[0]
+        cv = float(light["std_s"] / light["mean_s"])
+        if np.isfinite(cv) and not _not_exponential(cv, light["n"]):
+            # "closed" estimates a think time the data did not measure; here they did
+            skip = {"batch", "closed"} if np.isfinite(obs.think_s) else {"batch"}
+            names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
+    table, fits = _compare(obs, names, stat, opts)
+    ok = table[table["aic"].notna()]
+    if ok.empty:
+        if obs.times is None or method == "wls":
+            raise ValueError(f"model: no model could be fitted: {table['error'].iloc[0]}")
+        # too few levels to rank models by least squares; the likelihood of every request
+        # may still identify c servers of rate mu
+        try:
+            res = _fit_obs(obs, "mmc", stat, method, opts)
+        except ValueError as exc:
+            raise ValueError(f"model: no model could be fitted: {exc}") from None
+        res.notes.append(
+            f"too few levels to compare models ({table['error'].iloc[0]}); fitted mmc by "
+            "maximum likelihood on every request"
+        )
+        return res
+    best = str(ok.index[0])
+    same = _method(fits[best]._model, obs, method, stat) == "wls"
+    res = fits[best] if same else _fit_obs(obs, best, stat, method, opts)
+    close = [str(m) for m in ok.index[1:] if ok.loc[m, "delta_aic"] < 2]
+    if close:
+        res.notes.append(
+            f"model chosen by AIC among {', '.join(ok.index)}, but {', '.join(close)} fit "
+            "these data about as well (AIC within 2): indistinguishable here; measure more "
+            "levels around the knee to tell them apart"
+        )
+    else:
+        res.notes.append(f"model chosen by AIC among {', '.join(ok.index)}")
+    if names is not None:
+        res.notes.append(
+            f"service-time CV {cv:.2g} at the lightest level, as for exponential service: "
+            "batching (near-constant service per output length) not considered"
+        )
+    return res
+
+
+def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> FitResult:
+    model = _pick_model(name, obs, opts["gamma"])
+    meth = _method(model, obs, method, stat)
+    fixed, notes = _fixed(model, obs, **opts)
+    if method == "auto" and meth == "ml" and "cv_s" in fixed and model.name != "mgc":
+        # the likelihood is that of exponential service: misspecified here; fit the means
+        meth = "wls"
+        notes.append("service not exponential: fitted by least squares on the level means")
+    _check_levels(model, obs, meth)
+    problem = _Problem(model, obs, meth, stat, fixed)
+    res = FitResult(problem, _estimate(problem), list(obs.notes) + notes)
+    if model.family != "batch" or len(obs.levels) < 7:
+        return res
+    if opts["gamma"] is not None:
+        return res
+    # the linear step time is the default form; a free exponent must earn its parameter
+    curved = MODELS["batch"]
+    fixed, notes = _fixed(curved, obs, **opts)
+    problem = _Problem(curved, obs, meth, stat, fixed)
+    alt = FitResult(problem, _estimate(problem), list(obs.notes) + notes)
+    if alt.aic < res.aic - 2:
+        alt.notes.append(
+            f"step time grows as batch^{alt.params['gamma']:.3g}: the free exponent lowers AIC "
+            f"by {res.aic - alt.aic:.3g} against the linear form"
+        )
+        return alt
+    return res
+
+
+def _compare(obs: Observed, models, stat: str, opts: dict) -> tuple[pd.DataFrame, dict]:
+    names = list(models) if models is not None else list(_MODEL_NAMES)
+    rows, fits = [], {}
+    for name in names:
+        row: dict = {"model": name}
+        try:
+            r = _fit_obs(obs, name, stat, "wls", opts)
+        except ValueError as exc:
+            if models is None and "does not apply" in str(exc):
+                continue
+            row["error"] = str(exc)
+        else:
+            fits[name] = r
+            row.update(
+                method=r.method,
+                k=r.df_model,
+                nobs=r.nobs,
+                llf=r.llf,
+                aic=r.aic,
+                bic=r.bic,
+                capacity_rps=r.capacity_rps,
+                max_abs_resid_rel=float(np.nanmax(np.abs(r.levels["resid_rel"]))),
+                params=r._params_text(),
+            )
+        rows.append(row)
+    cols = ["model", "method", "k", "nobs", "llf", "aic", "bic", "capacity_rps"]
+    cols += ["max_abs_resid_rel", "params", "error"]
+    table = pd.DataFrame(rows).reindex(columns=cols).set_index("model")
+    table = table.sort_values("aic", na_position="last")
+    table.insert(table.columns.get_loc("aic") + 1, "delta_aic", table["aic"] - table["aic"].min())
+    w = np.exp(-0.5 * table["delta_aic"].to_numpy(dtype=np.float64))
+    table["weight"] = w / np.nansum(w)
+    return table, fits
+
+
+def compare(
+    data: object,
+    models: Sequence[str] | None = None,
+    metric: str = "latency",
+    stat: str = "mean",
+    **options: float | str | None,
+) -> pd.DataFrame:
+    """Fit several models to the same per-level statistic and rank them by AIC.
+
+    Every model is fitted by weighted least squares on the same per-level statistic, so their
+    likelihoods (and AICs) are comparable; a model that fails says why in ``error``.
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        As for :func:`fit`.
+    models : sequence of str, optional
+        Models to compare (default: every model that applies to the sweep kind).
+    metric : {"latency", "ttft"}, default "latency"
+        The time to model.
+    stat : {"mean", "p50", "p95"}, default "mean"
+        Per-level statistic to fit.
+    **options
+        ``level_kind``, ``think_s``, ``tokens``, ``gamma``, ``cv_s``, ``max_refused`` as for
+        :func:`fit`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per model (index ``model``), best first: ``method``, ``k`` (parameters),
+        ``nobs``, ``llf``, ``aic``, ``delta_aic``, ``bic``, ``capacity_rps``,
+        ``max_abs_resid_rel``, ``params``, ``error`` and the Akaike ``weight``.
+    """
+    bad = set(options) - {"level_kind", "think_s", "tokens", "gamma", "cv_s", "max_refused"}
+    if bad:
+        raise ValueError(f"options: unknown option(s) {', '.join(sorted(bad))}")
+    refused = _max_refused(options.pop("max_refused", MAX_REFUSED))
+    obs = observe(data, metric, options.pop("level_kind", None), refused)
+    opts = {k: options.get(k) for k in ("think_s", "tokens", "gamma", "cv_s")}
+    return _compare(obs, models, stat, opts)[0]

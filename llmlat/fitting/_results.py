@@ -1,0 +1,781 @@
+"""The fitted model: :class:`FitResult` (params, intervals, predictions, summary, plan)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from statsmodels.iolib.summary2 import Summary
+
+from llmlat._aggregate import QUANTILES, resample
+from llmlat._models import Model
+from llmlat.fitting._estimate import _Estimate, _estimate, _Problem
+from llmlat.fitting._plan import Plan, _min_or_none
+
+#: A continuous parameter whose 95% interval spans more than this factor is not identified.
+_WIDEST = 100.0
+
+#: What to measure to pin down a parameter the data leave open.
+_NEXT = {
+    "mu": "measure more requests at the lightest levels",
+    "t0_s": "measure more levels below the knee",
+    "t1_s": "measure more levels below the knee",
+    "gamma": "measure more levels below the knee",
+    "join_steps": "stream the responses (TTFT) at light load to see the wait for the next "
+    "decode step (at most one step: it moves latency by one step time)",
+    "think_s": "measure with a known think time (think_time_s=...) or pass think_s=...",
+}
+
+
+@dataclass
+class FitResult:
+    """A fitted queueing model (statsmodels-style results).
+
+    Attributes
+    ----------
+    model : str
+        Model name.
+    kind : str
+        ``"concurrency"`` (closed form fitted) or ``"rate"`` (open form).
+    metric, stat, method : str
+        What was fitted and how (``"ml"`` or ``"wls"``).
+    params : pandas.Series
+        Estimates on the natural scale: ``c`` and ``mu`` (requests/s per server) for the M/M/c
+        family (plus ``think_s`` for ``closed``); ``slots``, ``t0_s``, ``t1_s`` (and ``gamma``)
+        for ``batch``.
+    bse : pandas.Series
+        Standard errors (delta method from the log scale; NaN for integers).
+    fixed : pandas.Series
+        Values held fixed (measured think time, tokens per request, service CV).
+    llf, aic, bic : float
+        Log-likelihood and information criteria (integers count as parameters).
+    nobs : int
+        Requests (``ml``) or levels (``wls``).
+    df_model : int
+        Number of estimated parameters.
+    levels : pandas.DataFrame
+        Per level: observed and predicted statistic and throughput, residuals, utilization.
+    capacity_rps : float
+        Implied capacity (c * mu, or batching throughput at the slot cap).
+    profile : pandas.Series
+        Profile log-likelihood over the integer parameter.
+    unidentified : dict of str to str
+        Parameters the data do not pin down (at a search bound, a flat likelihood, or an
+        integer that no sustained queue shows), each with why and what to measure next.
+        Their value in ``params`` is only the optimiser's: :meth:`summary`, ``repr`` and the
+        report say "not identified" instead, and :meth:`conf_int` gives no interval (NaN),
+        or for the integer only the lower end the data support.
+    notes : list of str
+        Caveats found while fitting (including every ``unidentified`` message).
+    data : SweepResult or pandas.DataFrame
+        The data passed to :func:`fit` (a reference, not a copy), for :meth:`plot`.
+    """
+
+    _problem: _Problem = field(repr=False)
+    _est: _Estimate = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+    data: object = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        pr, est = self._problem, self._est
+        m = pr.model
+        self.model, self.kind, self.metric = m.name, pr.obs.kind, pr.obs.metric
+        self.stat, self.method = pr.stat, pr.method
+        names = ([m.integer] if m.integer else []) + list(m.free)
+        self.params = pd.Series({n: est.p[n] for n in names}, dtype=np.float64)
+        nfree = len(m.free)
+        se_log = np.sqrt(np.diag(est.cov))[:nfree]
+        bse = {m.integer: np.nan} if m.integer else {}
+        bse.update({n: est.p[n] * s for n, s in zip(m.free, se_log, strict=True)})
+        self.bse = pd.Series(bse, dtype=np.float64)
+        keep = ("think_s", "tokens", "gamma", "cv_s")
+        self.fixed = pd.Series(
+            {k: v for k, v in est.p.items() if k in keep and k not in names}, dtype=np.float64
+        )
+        self.scale = float(np.exp(est.theta[-1])) if pr.method == "wls" else np.nan
+        self.llf, self.nobs = est.llf, pr.nobs
+        self.df_model = len(est.theta) + (m.integer is not None)
+        self.aic = -2 * self.llf + 2 * self.df_model
+        self.bic = -2 * self.llf + np.log(self.nobs) * self.df_model
+        self.capacity_rps = m.capacity(est.p)
+        self.profile = pd.Series(est.profile, name="llf", dtype=np.float64)
+        self.profile.index.name = m.integer
+        self._lower_bound = False
+        if m.integer:
+            hi = m.int_range(pr.obs)[1]
+            prof = self.profile
+            cut = prof.max() - stats.chi2.ppf(0.95, 1) / 2
+            self._lower_bound = bool(hi in prof.index and prof[hi] >= cut)
+        self.unidentified: dict[str, str] = {}  # read by the raw intervals computed first
+        self.unidentified = self._identification()
+        self.notes.extend(self.unidentified.values())
+        self.levels = self._levels_table()
+
+    # -- per-level view -------------------------------------------------------------------
+    def _levels_table(self) -> pd.DataFrame:
+        obs = self._problem.all.levels
+        s = self.stat
+        p = self._est.p
+        pred = self._model.predict(
+            p, obs["level"].to_numpy(), self.kind, (s,), p.get("level_think_s")
+        )
+        out = pd.DataFrame({"level": obs["level"], "n": obs["n"]})
+        out["throughput_rps"] = obs["throughput_rps"]
+        out["throughput_pred_rps"] = pred["throughput_rps"]
+        out[f"{s}_s"] = obs[f"{s}_s"]
+        out[f"{s}_pred_s"] = pred[f"{s}_s"]
+        out["resid_s"] = out[f"{s}_s"] - out[f"{s}_pred_s"]
+        out["resid_rel"] = out["resid_s"] / out[f"{s}_pred_s"]
+        if "overloaded" in obs:  # fitted by its throughput only
+            out["overloaded"] = obs["overloaded"].to_numpy(bool)
+        x = out["throughput_rps"].where(out["throughput_rps"].notna(), out["throughput_pred_rps"])
+        out["utilization"] = x / self.capacity_rps
+        return out.set_index("level")
+
+    @property
+    def _model(self) -> Model:
+        return self._problem.model
+
+    @property
+    def resid(self) -> pd.Series:
+        """Observed minus predicted statistic per level, seconds."""
+        return self.levels["resid_s"]
+
+    @property
+    def utilization(self) -> pd.Series:
+        """Measured throughput of each level over the fitted capacity."""
+        return self.levels["utilization"]
+
+    @property
+    def left_out(self) -> dict[float, str]:
+        """Levels of the data the fit did not use -> why (429s, no steady state, ...).
+
+        Overloaded open-loop levels are not here: they are fitted by their throughput (see
+        ``levels["overloaded"]``).
+        """
+        return dict(sorted(self._problem.all.dropped.items()))
+
+    @property
+    def capacity_identified(self) -> bool:
+        """Whether the data identify the capacity (its integer: servers or slot cap)."""
+        return self._model.integer not in self.unidentified
+
+    @property
+    def identified(self) -> pd.Series:
+        """Whether the data pin each parameter down (see ``unidentified`` for why not)."""
+        return pd.Series({n: n not in self.unidentified for n in self.params.index}, dtype=bool)
+
+    @property
+    def fittedvalues(self) -> pd.Series:
+        """Predicted statistic (``stat``) per level, seconds."""
+        return self.levels[f"{self.stat}_pred_s"]
+
+    def cov_params(self) -> pd.DataFrame:
+        """Covariance of the continuous parameters on the natural scale (delta method).
+
+        The integer parameter has no covariance (it is profiled, see :meth:`conf_int`); its
+        row and column are NaN.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Indexed by parameter, like :attr:`params`.
+        """
+        m = self._model
+        nfree = len(m.free)
+        scale = np.array([self._est.p[n] for n in m.free])
+        cov = self._est.cov[:nfree, :nfree] * np.outer(scale, scale)
+        out = pd.DataFrame(np.nan, index=self.params.index, columns=self.params.index)
+        out.loc[list(m.free), list(m.free)] = cov
+        return out
+
+    # -- uncertainty ----------------------------------------------------------------------
+    def conf_int(
+        self, alpha: float = 0.05, method: str = "auto", n_boot: int = 100, seed: int = 0
+    ) -> pd.DataFrame:
+        """Confidence intervals of the parameters.
+
+        Parameters
+        ----------
+        alpha : float, default 0.05
+            1 - confidence level.
+        method : {"auto", "asymptotic", "bootstrap"}, default "auto"
+            ``asymptotic`` (and ``auto``, the one :meth:`summary` shows): Wald intervals on
+            the log scale from the correlation-weighted likelihood (so they stay positive),
+            widened to span the optimum at every integer inside the integer's interval, which
+            is the profile-likelihood set. ``bootstrap``: a moving-block bootstrap of each
+            level's requests in order, refit, percentiles.
+        n_boot : int, default 100
+            Bootstrap replicates.
+        seed : int, default 0
+            Seed of the bootstrap.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``lower`` and ``upper``, one row per parameter; NaN for a parameter the
+            data do not identify (``unidentified`` says why), and no upper end (``inf``) for
+            an unidentified integer, whose lower end is what the data support.
+        """
+        if not 0 < alpha < 1:
+            raise ValueError("alpha: must be in (0, 1)")
+        if method not in ("auto", "asymptotic", "bootstrap"):
+            raise ValueError(
+                f"method: expected 'auto', 'asymptotic' or 'bootstrap', got {method!r}"
+            )
+        if method == "bootstrap":
+            out = self._bootstrap(alpha, n_boot, seed)
+        else:
+            out = pd.DataFrame(self._wald(alpha), index=["lower", "upper"]).T
+        for name in self.unidentified:
+            if name == self._model.integer:  # the lower end the data support, no upper one
+                out.loc[name, "upper"] = np.inf
+            else:  # no interval from the data: not a number
+                out.loc[name] = np.nan
+        return out
+
+    def _wald(self, alpha: float) -> dict[str, tuple[float, float]]:
+        """Compute the asymptotic intervals of :meth:`conf_int`, before identification."""
+        z = stats.norm.ppf(1 - alpha / 2)
+        m = self._model
+        nfree = len(m.free)
+        th = self._est.theta[:nfree]
+        se = np.sqrt(np.diag(self._est.cov))[:nfree]
+        # a bounded parameter's interval stays within its bounds (join_steps in [0.001, 1])
+        lo, hi = self._problem._bounds(self._est.k, len(self._est.theta))
+        rows = {}
+        centres = [th]
+        if m.integer:
+            rows[m.integer] = self._integer_interval(alpha)
+            # the joint set projected: each continuous interval spans its optimum at every
+            # integer inside the integer's interval (c and mu trade off against each other)
+            a, b = rows[m.integer]
+            centres += [v[:nfree] for j, v in self._est.thetas.items() if a <= j <= b]
+        low, high = np.min(centres, axis=0), np.max(centres, axis=0)
+        with np.errstate(over="ignore", invalid="ignore"):  # an unidentified parameter: (0, inf)
+            for i, name in enumerate(m.free):
+                rows[name] = (
+                    float(np.exp(max(low[i] - z * se[i], lo[i]))),
+                    float(np.exp(min(high[i] + z * se[i], hi[i]))),
+                )
+        return rows
+
+    def _integer_interval(self, alpha: float, raw: bool = False) -> tuple[float, float]:
+        """Return the integer's profile-likelihood set; unbounded above when not identified."""
+        prof = self.profile
+        cut = prof.max() - stats.chi2.ppf(1 - alpha, 1) / 2
+        inside = prof.index[prof >= cut]
+        lo, hi = float(inside.min()), float(inside.max())
+        if self._lower_bound or (not raw and self._model.integer in self.unidentified):
+            hi = np.inf
+        return lo, hi
+
+    def _identification(self) -> dict[str, str]:
+        """Parameters the data do not pin down: name -> why, and what to measure next.
+
+        The integer is not identified when its profile stays flat up to the search bound (no
+        saturation), or, in a closed loop, when fewer than two measured levels lie above its
+        interval: a queue then builds at one level at most, and the integer just absorbs that
+        level's latency. A continuous parameter is not identified when it sits at the edge of
+        its search range, the likelihood has no curvature in it, or its 95% interval spans a
+        factor of more than :data:`_WIDEST`.
+        """
+        m, pr = self._model, self._problem
+        out: dict[str, str] = {}
+        loads = pr.obs.levels["level"].to_numpy(dtype=np.float64)
+        top = float(loads.max())
+        what = "concurrency" if self.kind == "concurrency" else "rate"
+        if m.integer:
+            label = "slot cap" if m.family == "batch" else "server count c"
+            a, b = self._integer_interval(0.05, raw=True)
+            above = loads[loads > b]
+            if self._lower_bound:
+                out[m.integer] = (
+                    f"{label} not identified: the data only say {m.integer} >= {a:g} (no "
+                    f"saturation up to {top:g}); measure at {what} {2 * top:g} and {4 * top:g} "
+                    "until throughput stops growing"
+                )
+            elif self.kind == "concurrency" and len(above) < 2:
+                shown = ", ".join(f"{x:g}" for x in above) or "none"
+                # levels left out above (429s) bound where more levels can be measured
+                ceiling = min((v for v in pr.all.dropped if v > top), default=2 * top)
+                grid = np.unique(np.round(np.geomspace(b, ceiling, 5)[1:4]))
+                more = [v for v in grid if v not in loads][:2] or list(grid[:2])
+                out[m.integer] = (
+                    f"{label} not identified: no sustained queue shows, as only {len(above)} "
+                    f"measured level ({shown}) lies above {m.integer} = {b:g} and the integer "
+                    f"just absorbs it; the data only say {m.integer} >= {a:g}; measure at "
+                    f"more levels between {b:g} and {ceiling:g} (e.g. "
+                    f"{' and '.join(f'{v:g}' for v in more)})"
+                )
+        nfree = len(m.free)
+        th = self._est.theta[:nfree]
+        se = np.sqrt(np.diag(self._est.cov))[:nfree]
+        lo, hi = pr._bounds(self._est.k, len(self._est.theta))
+        wald = self._wald(0.05)
+        for i, name in enumerate(m.free):
+            lower, upper = wald[name]
+            if min(th[i] - lo[i], hi[i] - th[i]) < 1e-3:
+                why = f"at the edge of its search range ({np.exp(th[i]):.3g})"
+            elif not np.isfinite(se[i]):
+                why = "the likelihood is flat in it"
+            elif not upper < _WIDEST * lower:
+                bounded = lower > 0 and np.isfinite(upper)
+                why = (
+                    f"its 95% interval spans a factor of {upper / lower:.3g}"
+                    if bounded
+                    else "its 95% interval is unbounded"
+                )
+            else:
+                continue
+            out[name] = f"{name} not identified: {why}; {_NEXT.get(name, _NEXT['mu'])}"
+        return out
+
+    def _bootstrap(self, alpha: float, n_boot: int, seed: int) -> pd.DataFrame:
+        obs = self._problem.all
+        if obs.times is None:
+            raise ValueError("method: bootstrap needs per-request data, not a per-level table")
+        rng = np.random.default_rng(seed)
+        plausible = self.profile.index[self.profile >= self.profile.max() - 10].to_numpy()
+        if len(plausible) > 9:  # keep refits cheap: the best and 8 spread over the rest
+            best = int(self.profile.idxmax())
+            spread = plausible[np.round(np.linspace(0, len(plausible) - 1, 8)).astype(int)]
+            plausible = np.unique(np.append(spread, best))
+        draws = []
+        for _ in range(n_boot):
+            pr = self._problem
+            sub = _Problem(pr.model, resample(obs, rng), pr.method, pr.stat, pr.fixed)
+            try:
+                est = _estimate(sub, plausible.tolist() if len(plausible) else None)
+            except ValueError:
+                continue
+            draws.append([est.p[n] for n in self.params.index])
+        if len(draws) < 10:
+            raise ValueError("n_boot: too few bootstrap fits succeeded; use method='asymptotic'")
+        arr = np.asarray(draws, dtype=np.float64)
+        lo, hi = np.quantile(arr, [alpha / 2, 1 - alpha / 2], axis=0)
+        return pd.DataFrame({"lower": lo, "upper": hi}, index=self.params.index)
+
+    # -- prediction -----------------------------------------------------------------------
+    def predict(
+        self,
+        load: float | Sequence[float] | np.ndarray,
+        kind: str | None = None,
+        stats: Sequence[str] = ("mean", "p50", "p95", "p99"),
+    ) -> pd.DataFrame:
+        """Predict throughput, utilization and response-time statistics at given loads.
+
+        Parameters
+        ----------
+        load : float or array_like
+            Concurrency levels (closed form) or arrival rates in requests/s (open form).
+        kind : {"concurrency", "rate"}, optional
+            Which form to evaluate (default: the kind of the fitted sweep).
+        stats : sequence of str, default ("mean", "p50", "p95", "p99")
+            Statistics to compute (approximate quantiles for ``mgc`` and ``batch``, see the
+            module docstring).
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``load``, ``throughput_rps``, ``utilization`` and ``<metric>_<stat>_s`` columns;
+            times are ``inf`` past saturation of an open system.
+        """
+        kind = kind or self.kind
+        if kind not in ("concurrency", "rate"):
+            raise ValueError(f"kind: expected 'concurrency' or 'rate', got {kind!r}")
+        bad = [s for s in stats if s not in QUANTILES]
+        if bad:
+            raise ValueError(f"stats: unknown statistic(s) {bad}")
+        x = np.atleast_1d(np.asarray(load, dtype=np.float64))
+        if kind == "concurrency" and (np.any(x < 1) or np.any(x % 1 != 0)):
+            raise ValueError("load: concurrency must be a positive integer")
+        if kind == "rate" and np.any(x < 0):
+            raise ValueError("load: rate must be >= 0")
+        pred = self._model.predict(self._est.p, x, kind, tuple(stats))
+        out = pd.DataFrame({"load": x, "throughput_rps": pred["throughput_rps"]})
+        out["utilization"] = out["throughput_rps"] / self.capacity_rps
+        if kind == "rate":
+            out["utilization"] = x / self.capacity_rps
+        for s in stats:
+            out[f"{self.metric}_{s}_s"] = pred[f"{s}_s"]
+        return out
+
+    def curve(
+        self,
+        loads: Sequence[float] | np.ndarray | None = None,
+        kind: str | None = None,
+        n: int = 60,
+        stats: Sequence[str] = ("mean", "p50", "p95"),
+    ) -> pd.DataFrame:
+        """Tabulate the fitted curve over a load grid, ready to plot.
+
+        Parameters
+        ----------
+        loads : array_like, optional
+            The grid (default: ``n`` points from light load to twice the largest concurrency,
+            or to 98% of capacity for an open system, plus the measured levels).
+        kind : {"concurrency", "rate"}, optional
+            Which form (default: the fitted sweep's kind).
+        n : int, default 60
+            Grid size when ``loads`` is not given.
+        stats : sequence of str, default ("mean", "p50", "p95")
+            Statistics to tabulate.
+
+        Returns
+        -------
+        pandas.DataFrame
+            As :meth:`predict`, sorted by load, plus ``model``.
+        """
+        kind = kind or self.kind
+        if loads is None:
+            lv = self.levels.index.to_numpy(dtype=np.float64)
+            if kind == "concurrency":
+                top = 2 * lv.max() if self.kind == "concurrency" else 2 * self.capacity_rps
+                grid = np.round(np.geomspace(1, max(top, 2), n))
+            else:
+                grid = np.linspace(0.0, 0.98 * self.capacity_rps, n)[1:]
+            if kind == self.kind:
+                grid = np.concatenate([grid, lv[lv < self.capacity_rps] if kind == "rate" else lv])
+            loads = np.unique(grid)
+        out = self.predict(loads, kind, stats).sort_values("load", ignore_index=True)
+        out["model"] = self.model
+        return out
+
+    # -- planning -------------------------------------------------------------------------
+    def plan(
+        self,
+        *,
+        p50: float | None = None,
+        p95: float | None = None,
+        p99: float | None = None,
+        mean: float | None = None,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        tokens_per_request: float | None = None,
+        max_utilization: float | None = None,
+    ) -> Plan:
+        """Find the largest load that keeps a latency statistic under a target.
+
+        The bounds hold for every parameter set on the conservative end of the 95% intervals
+        (:meth:`_pessimistic`), so an estimate a little off does not push the load past the
+        knee.
+
+        Parameters
+        ----------
+        p50, p95, p99, mean : float, optional
+            The target in seconds for one statistic of the fitted metric (give at most one).
+        rpm : float, optional
+            Requests-per-minute limit of the provider.
+        tpm : float, optional
+            Tokens-per-minute limit (needs ``tokens_per_request`` or token counts in the data).
+        tokens_per_request : float, optional
+            Tokens one request counts against ``tpm`` (default: mean prompt + completion).
+        max_utilization : float, optional
+            Keep the rate under this share of capacity, e.g. 0.7 ("lambda under 70% of c mu").
+
+        Returns
+        -------
+        Plan
+            The bounds, the utilization there, which bound binds, and whether the target can
+            be met at all. :func:`llmlat.verify_plan` measures it (a confirmation sweep at the
+            recommended load).
+        """
+        asked = {"p50": p50, "p95": p95, "p99": p99, "mean": mean}
+        targets = {k: float(v) for k, v in asked.items() if v is not None}
+        if len(targets) > 1:
+            raise ValueError(f"target: give one of p50/p95/p99/mean, got {sorted(targets)}")
+        if not targets and rpm is None and tpm is None and max_utilization is None:
+            raise ValueError("target: give p95=..., mean=..., rpm=..., tpm=... or max_utilization")
+        for name, v in {**targets, "rpm": rpm, "tpm": tpm}.items():
+            if v is not None and not v > 0:
+                raise ValueError(f"{name}: must be positive")
+        if max_utilization is not None and not 0 < max_utilization <= 1:
+            raise ValueError("max_utilization: must be in (0, 1]")
+        cap = self.capacity_rps
+        worst = self._pessimistic()
+        cap_low = min(self._model.capacity(p) for p in worst)
+        limits = {}
+        if rpm is not None:
+            limits["rpm limit"] = rpm / 60.0
+        if tpm is not None:
+            tok = tokens_per_request
+            if tok is None:
+                obs = self._problem.all
+                tok = np.nansum([obs.tokens, obs.prompt_tokens])
+                if not tok > 0:
+                    raise ValueError(
+                        "tokens_per_request: needed with tpm (the data has no token counts)"
+                    )
+            limits["tpm limit"] = tpm / 60.0 / tok
+        limit = min(limits.values(), default=np.inf)
+        ucap = cap_low * max_utilization if max_utilization is not None else np.inf
+        target, notes = "", ["bounds on the conservative end of the 95% intervals"]
+        stat, value = "", np.nan
+        max_rate, max_n, nearest, feasible = cap_low, None, np.nan, True
+        if targets:
+            ((stat, value),) = targets.items()
+            target = f"{self.metric} {stat} <= {value:g} s"
+            nearest = max(
+                self._stat_at(p, 1e-9 * self._model.capacity(p), "rate", stat) for p in worst
+            )
+            max_rate = min(self._max_rate(p, stat, value) for p in worst)
+            ns = [
+                self._largest_n(lambda n, p=p: self._stat_at(p, n, "concurrency", stat) <= value)
+                for p in worst
+            ]
+            known = [n for n in ns if n is not None]
+            max_n = min(known) if len(known) == len(ns) else None
+            if not max_rate > 0:
+                feasible = False
+                max_rate, max_n = np.nan, None
+                notes.insert(
+                    0,
+                    f"no load meets {target}: even a single request on an idle station takes "
+                    f"{nearest:.3g} s at the {stat} (conservative end); the nearest feasible "
+                    f"target is {stat} <= {nearest:.3g} s",
+                )
+        if feasible and not self.capacity_identified:
+            max_rate, max_n, note = self._within_measured(max_rate, max_n)
+            notes.append(note)
+        limit_n = (
+            _min_or_none(self._max_concurrency_for_rate(p, limit) for p in worst)
+            if np.isfinite(limit)
+            else None
+        )
+        bounds = {"latency target": max_rate, **limits, "utilization cap": ucap}
+        if not feasible:
+            binding, rate = "none", np.nan
+        else:
+            binding = min(bounds, key=lambda k: bounds[k])
+            rate = bounds[binding]
+            if not np.isfinite(rate):  # only limits that bind nothing
+                binding, rate = "capacity", cap_low
+        conc = [max_n, limit_n]
+        if np.isfinite(ucap):
+            conc.append(_min_or_none(self._max_concurrency_for_rate(p, ucap) for p in worst))
+        n_rec = _min_or_none(conc) if feasible else None
+        if limit_n is None and np.isfinite(limit):
+            notes.append("no concurrency reaches the rate limit: it does not bind a closed loop")
+        x_at_n = self._throughput_at(self._est.p, max_n) if max_n is not None else np.nan
+        return Plan(
+            target=target,
+            feasible=feasible,
+            max_rate_rps=float(max_rate),
+            utilization_at_max_rate=float(max_rate / cap),
+            max_concurrency=max_n,
+            utilization_at_max_concurrency=float(x_at_n / cap),
+            limit_rate_rps=float(limit),
+            limit_concurrency=limit_n,
+            utilization_cap_rate_rps=float(ucap),
+            rate_rps=float(rate),
+            concurrency=n_rec,
+            binding=binding,
+            capacity_rps=float(cap),
+            nearest_target_s=float(nearest),
+            note="; ".join(notes),
+            statistic=stat,
+            target_s=value,
+            capacity_identified=self.capacity_identified,
+        )
+
+    def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:
+        """Clip a plan's bounds to the measured loads: past them the unidentified integer rules."""
+        lv = self._problem.obs.levels
+        top = float(lv["level"].max())
+        x_top = float(np.nanmax(lv["throughput_rps"])) if self.kind == "concurrency" else top
+        if np.isfinite(x_top):
+            rate = min(rate, x_top)
+        if self.kind == "concurrency":
+            n = int(top) if n is None else min(n, int(top))
+        return (
+            rate,
+            n,
+            (
+                f"{self._model.integer} not identified: the plan stays within the measured loads "
+                f"(up to {top:g}), where the fit is checked by data"
+            ),
+        )
+
+    def _pessimistic(self, confidence: float = 0.95) -> list[dict]:
+        """Parameter sets on the slow end of the one-sided intervals, one per plausible integer.
+
+        For each integer inside its interval (with the continuous optimum there), each
+        continuous parameter moves ``z`` standard errors in the direction that slows the
+        station (mu down; t0, t1, gamma, join_steps up); the plan must hold for all of them.
+        """
+        m, est = self._model, self._est
+        nfree = len(m.free)
+        se = np.sqrt(np.diag(est.cov))[:nfree]
+        se = np.where(np.isfinite(se), se, 0.0)
+        z = stats.norm.ppf(confidence)
+        slower = np.array([-1.0 if name == "mu" else 1.0 for name in m.free])
+        slower[[i for i, n in enumerate(m.free) if n == "think_s"]] = 0.0
+        lo, hi = self._problem._bounds(est.k, len(est.theta))
+        centres = {est.k: est.theta[:nfree]}
+        if m.integer:
+            a, b = self._integer_interval(1 - confidence)
+            centres.update({j: v[:nfree] for j, v in est.thetas.items() if a <= j <= b})
+        out = []
+        for k, th in centres.items():
+            shifted = np.clip(th + z * slower * se, lo[:nfree], hi[:nfree])
+            out.append(self._problem.params(np.append(shifted, est.theta[nfree:]), k))
+        return out
+
+    def _stat_at(self, p: dict, load: float, kind: str, stat: str) -> float:
+        pred = self._model.predict(p, np.array([load]), kind, (stat,))
+        return float(pred[f"{stat}_s"][0])
+
+    def _max_rate(self, p: dict, stat: str, value: float) -> float:
+        cap = self._model.capacity(p)
+        if self._stat_at(p, 1e-9 * cap, "rate", stat) > value:
+            return 0.0
+        lo, hi = 0.0, cap * (1 - 1e-9)
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if self._stat_at(p, mid, "rate", stat) <= value else (lo, mid)
+        return lo
+
+    @staticmethod
+    def _largest_n(ok) -> int | None:
+        """Largest n >= 1 with ok(n) (0 if none); None when no bound shows by 2**22."""
+        if not ok(1):
+            return 0
+        hi = 2
+        while ok(hi):
+            if hi >= 2**22:
+                return None
+            hi *= 2
+        lo = hi // 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+        return lo
+
+    def _throughput_at(self, p: dict, n: int) -> float:
+        if n < 1:
+            return 0.0
+        pred = self._model.predict(p, np.array([n]), "concurrency", ())
+        return float(pred["throughput_rps"][0])
+
+    def _max_concurrency_for_rate(self, p: dict, rate: float) -> int | None:
+        return self._largest_n(lambda n: self._throughput_at(p, n) <= rate * (1 + 1e-12))
+
+    # -- display --------------------------------------------------------------------------
+    def plot(self, kind: str = "latency", **kwargs: object) -> object:
+        """Draw the fitted model over the data it was fitted to (see :mod:`llmlat.plot`).
+
+        Parameters
+        ----------
+        kind : {"latency", "utilization", "throughput", "overview"}, default "latency"
+            Which figure of :mod:`llmlat.plot`.
+        **kwargs
+            Passed to that function.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            The figure.
+        """
+        from llmlat import plot
+
+        figures = ("latency", "utilization", "throughput", "overview")
+        if kind not in figures:
+            raise ValueError(f"kind: expected one of {', '.join(figures)}, got {kind!r}")
+        if self.data is None:
+            raise ValueError("data: this result was not made by fit(), nothing to draw")
+        if kind == "latency":
+            kwargs.setdefault("metric", f"{self.metric}_s")
+        return getattr(plot, kind)(self.data, fit=self, **kwargs)
+
+    def summary(self, alpha: float = 0.05) -> Summary:
+        """Statsmodels-style summary of the fit.
+
+        Parameters
+        ----------
+        alpha : float, default 0.05
+            Level of the confidence intervals shown.
+
+        Returns
+        -------
+        statsmodels.iolib.summary2.Summary
+            Printable (``print(res.summary())``) and rendered as HTML in Jupyter.
+        """
+        form = "closed (N clients)" if self.kind == "concurrency" else "open (Poisson arrivals)"
+        info = {
+            "Model:": self.model,
+            "Form:": form,
+            "Method:": "maximum likelihood" if self.method == "ml" else "weighted least squares",
+            "Metric / stat:": f"{self.metric} / {self.stat}",
+            "Levels:": str(len(self.levels)),
+            "No. observations:": str(self.nobs),
+            "Log-likelihood:": f"{self.llf:.4g}",
+            "AIC:": f"{self.aic:.4g}",
+            "BIC:": f"{self.bic:.4g}",
+            "Capacity (req/s):": self._capacity_text(),
+        }
+        for k, v in self.fixed.items():
+            info[f"{k} (fixed):"] = f"{v:.4g}"
+        table = self._param_table(alpha)
+        smry = Summary()
+        smry.add_title(f"llmlat queueing fit: {self.model}")
+        smry.add_dict(info)
+        smry.add_df(table)
+        lv = self.levels[
+            [
+                "n",
+                "throughput_rps",
+                "throughput_pred_rps",
+                f"{self.stat}_s",
+                f"{self.stat}_pred_s",
+                "resid_rel",
+                "utilization",
+            ]
+        ].reset_index()
+        smry.add_df(lv, float_format="%.4g")
+        for note in self.notes:
+            smry.add_text(f"Note: {note}")
+        return smry
+
+    def _repr_html_(self) -> str:
+        return self.summary().as_html()
+
+    def _capacity_text(self) -> str:
+        if self.capacity_identified:
+            return f"{self.capacity_rps:.4g}"
+        seen = np.nanmax(self.levels["throughput_rps"])
+        return f"not identified (>= {seen:.4g} measured)" if np.isfinite(seen) else "not identified"
+
+    def _param_table(self, alpha: float) -> pd.DataFrame:
+        """Format the summary's parameter rows: "not identified" where the data say nothing."""
+        ci = self.conf_int(alpha)
+        rows = {}
+        for name, value in self.params.items():
+            lower, upper = ci.loc[name]
+            # the integer's interval is its profile-likelihood set, not +- z se
+            se = "profile" if name == self._model.integer else _num(self.bse[name])
+            coef = "not identified" if name in self.unidentified else _num(value)
+            rows[name] = [coef, "" if name in self.unidentified else se, _num(lower), _num(upper)]
+        cols = ["coef", "std err", f"[{alpha / 2:g}", f"{1 - alpha / 2:g}]"]
+        return pd.DataFrame.from_dict(rows, orient="index", columns=cols)
+
+    def _params_text(self) -> str:
+        """Return the parameters in one line, "not identified" where the data say nothing."""
+        return ", ".join(
+            f"{k}=not identified" if k in self.unidentified else f"{k}={v:.4g}"
+            for k, v in self.params.items()
+        )
+
+    def __repr__(self) -> str:
+        ps = self._params_text()
+        return f"<FitResult {self.model} ({self.kind}, {self.method}): {ps}; aic={self.aic:.4g}>"
+
+
+def _num(value: float) -> str:
+    """Format a table cell: 4 significant digits, "unbounded" for inf, blank for NaN."""
+    if not np.isfinite(value):
+        return "unbounded" if value == np.inf else ""
+    return f"{value:.4g}"
