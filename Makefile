@@ -20,7 +20,7 @@ $(VENV)/.stamp-base: pyproject.toml
 $(VENV)/.stamp-test: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.11"; exit 1; }
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[test,fast]'
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[test,fast,ray]'
 	@touch $@ $(VENV)/.stamp-base
 
 demo: $(VENV)/.stamp-base

@@ -109,19 +109,12 @@ class Sweeper:
         self._retry = cfg.retry_policy()
         self._model = cfg.model
         self._fail_fast = FailFast()
+        self._payload = payload  # shards (llmlat._shard) receive it as given
         self._payload_of = _payload_source(payload, cfg.api, self._plans)
         self._payload_summary = _payload_summary(payload)
         # issue 11: checked before anything is sent, so a bad path never costs a run
         self._save = (
             None if cfg.save is None else check_save_path(cfg.save, overwrite=cfg.overwrite)
-        )
-        # room for a socket per request in flight (two with an in-process simulator, which
-        # holds the other end); None: an open loop without a cap
-        caps = [c for p in self._plans if (c := p.workers or p.max_in_flight) is not None]
-        ensure_open_files(
-            max(caps) if len(caps) == len(self._plans) else None,
-            2 if cfg.url is None and not cfg.simulator_process else 1,
-            "concurrency" if self._plans[0].workers else "max_in_flight",
         )
         self._run_id = cfg.run_id or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
         self._meta: dict[str, Any] = {}
@@ -144,6 +137,8 @@ class Sweeper:
         self._level_ok = 0
         self._level_latencies: list[float] = []
         self._last_postfix = 0.0
+        self._coordinator: Any = None  # a sharded sweep's llmlat._shard.Coordinator
+        self._gate: Any = None  # in a shard, its llmlat._shard._worker.ShardWorker
 
     # ------------------------------------------------------------------ public
 
@@ -153,6 +148,8 @@ class Sweeper:
         Safe to call from any thread.
         """
         self._stopping = True
+        if self._coordinator is not None:
+            self._coordinator.stop()
         loop = self._loop
         if loop is not None and not loop.is_closed():
             if _in_loop_thread(loop):
@@ -169,6 +166,8 @@ class Sweeper:
             Finished requests (in ``request_id`` order), their attempts, the levels done and
             the run's metadata (``meta["interrupted"]`` tells whether the run was cut short).
         """
+        if self._coordinator is not None:
+            return self._coordinator.result()
         done = [r for r in self._issued if r.request_id not in self._unfinished]
         meta = {**self._meta, "interrupted": self._interrupted}
         return SweepResult(
@@ -198,6 +197,8 @@ class Sweeper:
         self._started = True
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        if cfg.shard_cluster() is None:  # shards check their own share, in their process
+            self._check_open_files()
         if cfg.url is not None:
             return await self._run_against(cfg.url, None)
         async with serve_simulator(cfg.sim_config(), in_process=not cfg.simulator_process) as sim:
@@ -206,6 +207,18 @@ class Sweeper:
             return await self._run_against(sim.url, jsonable(dataclasses.asdict(sim.config)))
 
     # ------------------------------------------------------------------ the run
+
+    def _check_open_files(self) -> None:
+        """Raise the open-file limit for the sockets the levels need, or refuse the sweep."""
+        cfg = self.config
+        # room for a socket per request in flight (two with an in-process simulator, which
+        # holds the other end); None: an open loop without a cap
+        caps = [c for p in self._plans if (c := p.workers or p.max_in_flight) is not None]
+        ensure_open_files(
+            max(caps) if len(caps) == len(self._plans) else None,
+            2 if cfg.url is None and not cfg.simulator_process else 1,
+            "concurrency" if self._plans[0].workers else "max_in_flight",
+        )
 
     async def _run_against(self, url: str, sim_config: dict | None) -> SweepResult:
         cfg = self.config
@@ -241,6 +254,11 @@ class Sweeper:
             "interrupted": False,
             "payload_summary": self._payload_summary,
         }
+        if cfg.shard_cluster() is not None:  # shards in processes or on Ray, merged here
+            from llmlat._shard import Coordinator
+
+            self._coordinator = Coordinator(self, url)
+            return await self._coordinator.run()
         if self._save is not None:
             self._writer = DatasetWriter(
                 self._save, dict(self._meta), overwrite=self.config.overwrite
@@ -280,6 +298,8 @@ class Sweeper:
     async def _run_level(self, plan: LevelPlan, client: Client) -> None:
         if self.config.preconnect:  # before the level's clock starts: connects are not its latency
             await client.preconnect(plan.workers or plan.max_in_flight or 0)
+        if self._gate is not None and not await self._gated(plan):
+            return
         stats = LevelStats(self._run_id, plan.value, plan.kind, t_start=self._now())
         issued_before = len(self._issued)
         lags: list[float] = []
@@ -317,6 +337,16 @@ class Sweeper:
             if self._writer is not None:
                 self._flush()
                 self._writer.add_level(stats)
+            if self._gate is not None:
+                self._gate.level_ended(plan.index, stats)
+
+    async def _gated(self, plan: LevelPlan) -> bool:
+        """In a shard: start the level at the coordinator's instant; False if stopped first."""
+        start_s = await self._gate.wait_go(plan.index)
+        if start_s is None:
+            return False
+        await self._sleep(start_s - self._now())
+        return not self._stopping
 
     async def _closed_loop(self, plan: LevelPlan, client: Client) -> str:
         issued = measured = 0
@@ -366,7 +396,7 @@ class Sweeper:
         self, plan: LevelPlan, index: int, t_scheduled: float, offset_s: float, worker: int | None
     ) -> Record:
         """Make the row of a request about to be sent: issued, it is a row whatever happens."""
-        request_id = len(self._issued)
+        request_id = self._request_id(index)
         record = Record(
             self._run_id,
             plan.value,
@@ -380,6 +410,10 @@ class Sweeper:
         self._issued.append(record)
         self._unfinished[request_id] = record
         return record
+
+    def _request_id(self, index: int) -> int:
+        """Return the id of the level's ``index``-th request: sequential (a shard interleaves)."""
+        return len(self._issued) if self._gate is None else self._gate.request_id(index)
 
     async def _send(
         self, client: Client, record: Record, cap: asyncio.Semaphore | None = None

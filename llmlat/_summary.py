@@ -56,7 +56,8 @@ Definitions (per level; warmup rows are left out unless asked for):
   close together came in one read, which a lag delays as a whole without widening their gaps.
 - ``client_bound``: the client's CPU use exceeded 80% of a core, or ``inflation`` exceeds 0.1,
   so the client, not the server, may have inflated the latencies. ``<NA>`` without a levels
-  row.
+  row. A sharded sweep has a levels row per shard: the busiest shard's CPU and lag count, so a
+  level is flagged when any shard was busy.
 """
 
 from __future__ import annotations
@@ -251,7 +252,32 @@ def _sort_key(key: tuple) -> tuple:
 def _level_rows(levels: pd.DataFrame | None, keys: list[str]) -> dict[tuple, pd.Series]:
     if levels is None or levels.empty or not set(keys) <= set(levels.columns):
         return {}
-    return {tuple(row[k] for k in keys): row for _, row in levels.iterrows()}
+    rows: dict[tuple, list[pd.Series]] = {}
+    for _, row in levels.iterrows():
+        rows.setdefault(tuple(row[k] for k in keys), []).append(row)
+    return {key: _busiest(group) for key, group in rows.items()}
+
+
+def _busiest(rows: list[pd.Series]) -> pd.Series:
+    """One level run by several shards: the busiest shard's CPU and lag flag it.
+
+    Shards that issued nothing there (fewer workers than shards) are left out; the first stop
+    reason other than the planned one (an error or interrupt) is kept.
+    """
+    if len(rows) == 1:
+        return rows[0]
+    table = pd.DataFrame(rows)
+    if "issued" in table and (table["issued"] > 0).any():  # a shard with no share idled
+        table = table[table["issued"] > 0]
+    row = table.iloc[0].copy()
+    for column in ("cpu_util", "loop_lag_p99_s"):
+        if column in table:
+            row[column] = table[column].max()
+    if "stopped_by" in table:
+        unusual = table["stopped_by"][~table["stopped_by"].isin(["requests", "duration"])]
+        if len(unusual):
+            row["stopped_by"] = unusual.iloc[0]
+    return row
 
 
 def _tried_429(

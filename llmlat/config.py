@@ -48,6 +48,7 @@ from llmlat._redact import redact_url
 from llmlat._transport import TRANSPORTS  # the values of SweepConfig.transport
 
 __all__ = [
+    "CLUSTERS",
     "GROUPS",
     "TRANSPORTS",
     "OptionSpec",
@@ -66,6 +67,9 @@ GROUPS = {
     "retry": "retries of 429, 5xx and connection errors",
     "run": "run settings",
 }
+
+#: Values of :attr:`SweepConfig.cluster`: where the shards of a sharded sweep run.
+CLUSTERS = ("local", "ray")
 
 _PLACEHOLDER_URL = "http://127.0.0.1"  # validates the target's options before the URL is known
 
@@ -313,6 +317,31 @@ class SweepConfig:
         group="run",
         choices=TRANSPORTS,
     )
+    # -- shards (llmlat._shard): past one core and one machine
+    workers: int | None = _option(
+        None,
+        "Run the sweep as this many shards, each with its own event loop and client, in local "
+        "processes or Ray actors (default: one in-process engine; with cluster ray: one per CPU "
+        "of the cluster). Open-loop schedules are split by index, concurrency as evenly as "
+        "possible.",
+        group="run",
+        kind=int,
+        metavar="K",
+    )
+    cluster: str | None = _option(
+        None,
+        "Where shards run: local processes, or actors on a Ray cluster (default: ray when "
+        "ray_address is given, else local).",
+        group="run",
+        choices=CLUSTERS,
+    )
+    ray_address: str | None = _option(
+        None,
+        "Ray cluster to run shards on: auto (the running cluster) or ray://host:port; implies "
+        "cluster ray (without it cluster ray starts a local Ray).",
+        group="run",
+        metavar="ADDRESS",
+    )
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "rate", "requests", "duration_s"):
@@ -496,10 +525,41 @@ class SweepConfig:
             raise ValueError(f"run_id: {self.run_id!r} is not allowed (a name without '/')")
         if self.save is not None and not isinstance(self.save, str | os.PathLike):
             raise ValueError(f"save: expected a file path, got {type(self.save).__name__}")
+        self._check_shards()
         if self.transport not in TRANSPORTS:
             raise ValueError(
                 f"transport: {self.transport!r} is not allowed (one of {', '.join(TRANSPORTS)})"
             )
+
+    def _check_shards(self) -> None:
+        workers = self.workers
+        if workers is not None and (
+            not isinstance(workers, int | np.integer) or isinstance(workers, bool) or workers < 1
+        ):
+            raise ValueError(f"workers: {workers!r} is not allowed (an integer >= 1)")
+        if self.cluster is not None and self.cluster not in CLUSTERS:
+            raise ValueError(
+                f"cluster: {self.cluster!r} is not allowed (one of {', '.join(CLUSTERS)})"
+            )
+        if self.ray_address is not None:
+            if not isinstance(self.ray_address, str) or not self.ray_address.strip():
+                raise ValueError(
+                    f"ray_address: {self.ray_address!r} is not allowed (auto or ray://host:port)"
+                )
+            if self.cluster == "local":
+                raise ValueError("ray_address: only with cluster ray (shards on a Ray cluster)")
+
+    def shard_cluster(self) -> str | None:
+        """Return where the shards run: ``"local"``, ``"ray"``, or None for one in-process engine.
+
+        Returns
+        -------
+        str or None
+        """
+        cluster = self.cluster or ("ray" if self.ray_address is not None else None)
+        if cluster is None and self.workers is not None:
+            cluster = "local"
+        return cluster
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(SweepConfig)}

@@ -145,3 +145,17 @@ def demo_run(end_to_end: dict[str, Future]) -> tuple[Path, str]:
     """``llmlat demo --quick``: the article sweep, fitted, saved and reported; yields the report
     folder (``index.html``, ``sweep.parquet``...) and what the command printed."""
     return end_to_end["demo"].result()
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[Any]:
+    """A local Ray of two CPUs (``ray.init``), shut down at the end of the session.
+
+    The two-node cluster test (last in tests/test_shard_ray.py) shuts it down before it
+    starts its own cluster; tests that use this fixture come before it.
+    """
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()

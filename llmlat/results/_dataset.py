@@ -620,7 +620,7 @@ def _read_journal(journal: Path) -> SweepResult:
     except (KeyError, TypeError, AttributeError):
         raise ValueError(f"{journal}: not a journal entry: {str(batch)[:60]}") from None
     frames = {
-        _TAGS[tag]: pd.DataFrame.from_records(data, columns=columns[tag]) if data else None
+        _TAGS[tag]: pd.DataFrame.from_records(data, columns=columns[tag])
         for tag, data in rows.items()
     }
     # rows were journalled as they finished: restore the order a live result has
@@ -655,6 +655,9 @@ class DatasetWriter:
     overwrite : bool, default False
         Replace a dataset or an unfinished sweep's journal already at ``path``; otherwise
         their presence is an error (see :func:`~llmlat.results._savepath.check_save_path`).
+    extra_columns : sequence of str, optional
+        Columns every table has after the schema's (a sharded sweep's ``shard`` and ``host``);
+        their rows come through :meth:`append_rows`.
 
     Raises
     ------
@@ -678,6 +681,7 @@ class DatasetWriter:
         meta: Mapping[str, Any] | None = None,
         *,
         overwrite: bool = False,
+        extra_columns: Sequence[str] = (),
     ):
         self.meta, self._secrets = _clean_meta(meta)
         self.path = check_save_path(path, overwrite=overwrite)
@@ -688,7 +692,7 @@ class DatasetWriter:
             self._file.close()
             raise ValueError(f"save: a running sweep is writing {self._journal}")
         self._file.truncate(0)
-        columns = {tag: list(_TABLES[name][1]) for tag, name in _TAGS.items()}
+        columns = {tag: [*_TABLES[name][1], *extra_columns] for tag, name in _TAGS.items()}
         self._write(json.dumps({"format": FORMAT, "meta": self.meta, "columns": columns}))
 
     @property
@@ -715,12 +719,27 @@ class DatasetWriter:
         attempts : iterable of Attempt, optional
             Their HTTP attempts.
         """
-        batch = {
-            "r": list(map(self._request_values, records)),
-            "a": list(map(self._attempt_values, attempts)),
-        }
-        if batch["r"] or batch["a"]:
-            self._write(_ENCODER.encode(batch))
+        self.append_rows(map(self._request_values, records), map(self._attempt_values, attempts))
+
+    def append_rows(
+        self,
+        requests: Iterable[Sequence[Any]] = (),
+        attempts: Iterable[Sequence[Any]] = (),
+        levels: Iterable[Sequence[Any]] = (),
+    ) -> None:
+        """Append rows given as values in column order (one line, written and flushed).
+
+        Parameters
+        ----------
+        requests, attempts, levels : iterable of sequence
+            Rows of each table: the schema's columns, then the writer's extra columns. Level
+            rows are also fsynced (see :meth:`add_level`).
+        """
+        batch = {"r": list(requests), "a": list(attempts), "l": list(levels)}
+        if batch["r"] or batch["a"] or batch["l"]:
+            self._write(_ENCODER.encode({tag: rows for tag, rows in batch.items() if rows}))
+        if batch["l"]:
+            os.fsync(self._file.fileno())
 
     def add_level(self, level: LevelStats) -> None:
         """Record how a level ran (its span, stop reason, the client's lag and CPU), then fsync.
@@ -730,8 +749,7 @@ class DatasetWriter:
         level : LevelStats
             The finished level.
         """
-        self._write(_ENCODER.encode({"l": [self._level_values(level)]}))
-        os.fsync(self._file.fileno())
+        self.append_rows(levels=[self._level_values(level)])
 
     def close(self, meta_updates: Mapping[str, Any] | None = None) -> None:
         """Write the final dataset and remove the journal (a second call does nothing).
