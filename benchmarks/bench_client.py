@@ -32,6 +32,8 @@ import asyncio
 import json
 import os
 import resource
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -70,8 +72,32 @@ def _event(obj: dict) -> bytes:
     return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
-class _Canned(asyncio.Protocol):
-    """Keep-alive HTTP/1.1 server: a chunked token stream per request, one write per token."""
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; the socket module lacks it
+_ANCILLARY = socket.CMSG_SPACE(16)  # one struct timespec
+
+
+def _kernel_time(ancillary: list) -> float:
+    """The kernel's receive time of a read, on the ``perf_counter`` clock.
+
+    The kernel stamps a segment when it comes off the (loopback) device, before this server's
+    event loop gets to it: so the server's own loop lag is not counted against the client.
+    The stamp is ``CLOCK_REALTIME``; the offset to ``CLOCK_MONOTONIC`` is read at this moment,
+    ms after the stamp, so clock slewing cannot matter.
+    """
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+            sec, nsec = struct.unpack("qq", data[:16])
+            return (sec * 10**9 + nsec - (time.time_ns() - time.perf_counter_ns())) / 1e9
+    return time.perf_counter()
+
+
+class _Canned:
+    """Keep-alive HTTP/1.1 server: a chunked token stream per request, one write per token.
+
+    Plain non-blocking sockets on the loop's reader callbacks (not asyncio protocols): a read
+    comes with the kernel's receive time (``SO_TIMESTAMPNS``), the arrival time of the log;
+    a write is one ``send`` system call at once, right after its time is taken.
+    """
 
     spec: ClassVar[dict] = {}
     log: ClassVar[list] = []
@@ -85,12 +111,64 @@ class _Canned(asyncio.Protocol):
         "model": "m",
     }
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock, self.loop = sock, loop
+        self.fd = sock.fileno()
         self.buf = b""
-        self.loop = asyncio.get_running_loop()
+        self.out = bytearray()  # what the socket did not take yet
+        self.closed = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        loop.add_reader(self.fd, self.readable)
 
-    def data_received(self, data: bytes) -> None:
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.loop.remove_reader(self.fd)
+            self.loop.remove_writer(self.fd)
+            self.sock.close()
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.out:
+            self.out += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.close()
+            return
+        if sent < len(data):
+            self.out += data[sent:]
+            self.loop.add_writer(self.fd, self.writable)
+
+    def writable(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.close()
+            return
+        del self.out[:sent]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+
+    def readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(65536, _ANCILLARY)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        t_arrival = _kernel_time(ancillary)
         self.buf += data
         while (end := self.buf.find(b"\r\n\r\n")) >= 0:
             head = self.buf[:end].lower()
@@ -98,20 +176,17 @@ class _Canned(asyncio.Protocol):
             size = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
             if len(self.buf) < end + 4 + size:
                 return
+            self.buf = self.buf[end + 4 + size :]
             if head.startswith(b"get /log"):
                 body = json.dumps(_Canned.log).encode()
-                self.transport.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-                self.buf = self.buf[end + 4 + size :]
+                self.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
                 continue
             at = head.find(b"x-llmlat-request-id:")
             rid = head[at + 20 :].split(b"\r\n", 1)[0].strip().decode() if at >= 0 else ""
-            self.buf = self.buf[end + 4 + size :]
-            self.answer(rid, time.perf_counter())
+            self.answer(rid, t_arrival)
 
     def answer(self, rid: str, t_arrival: float) -> None:
-        spec, write = self.spec, self.transport.write
+        spec, write = self.spec, self.write
         entry = [rid, t_arrival, None]
         if rid:
             _Canned.log.append(entry)
@@ -129,7 +204,7 @@ class _Canned(asyncio.Protocol):
         )
 
         def send(i: int) -> None:
-            if self.transport.is_closing():
+            if self.closed:
                 return
             if i == 0:
                 entry[2] = time.perf_counter()
@@ -150,9 +225,13 @@ class _Canned(asyncio.Protocol):
 
 async def serve(spec: dict) -> None:
     _Canned.spec = spec
-    server = await asyncio.get_running_loop().create_server(_Canned, "127.0.0.1", 0, backlog=8192)
-    print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
-    await server.serve_forever()
+    loop = asyncio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", 0), backlog=8192)
+    listener.setblocking(False)
+    print(f"http://127.0.0.1:{listener.getsockname()[1]}", flush=True)
+    while True:
+        sock, _ = await loop.sock_accept(listener)
+        _Canned(sock, loop)
 
 
 class Server:

@@ -13,12 +13,22 @@ from llmlat._apis import get_endpoint
 from llmlat._apis.sse import SSEDecoder
 
 
+class Collect(SSEDecoder):
+    __slots__ = ("events",)
+
+    def __init__(self, *, fast):
+        super().__init__(fast=fast)
+        self.events = []
+
+    def on_event(self, data, event):
+        self.events.append((data, event))
+
+
 def decode(chunks, *, fast=True):
-    events = []
-    decoder = SSEDecoder(lambda data, event: events.append((data, event)), fast=fast)
+    decoder = Collect(fast=fast)
     for chunk in chunks:
-        decoder.feed(chunk)
-    return events
+        decoder.decode(chunk)
+    return decoder.events
 
 
 def test_multi_line_data_endings_comments_and_ignored_fields():
