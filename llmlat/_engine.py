@@ -30,7 +30,7 @@ import time
 import warnings
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from llmlat._notice import notice
 from llmlat._redact import redact_url
 from llmlat._version import __version__
 from llmlat.config import SweepConfig, jsonable, with_options
-from llmlat.results import DatasetWriter, SweepResult, check_save_path
+from llmlat.results import check_save_path
 from llmlat.schema import (
     Attempt,
     LevelStats,
@@ -53,6 +53,9 @@ from llmlat.schema import (
     requests_frame,
 )
 from llmlat.sim.process import serve_simulator
+
+if TYPE_CHECKING:  # pandas loads when a result is built, not while measuring
+    from llmlat.results import DatasetWriter, SweepResult
 
 __all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "sweep"]
 
@@ -169,6 +172,8 @@ class Sweeper:
             Finished requests (in ``request_id`` order), their attempts, the levels done and
             the run's metadata (``meta["interrupted"]`` tells whether the run was cut short).
         """
+        from llmlat.results import SweepResult
+
         done = [r for r in self._issued if r.request_id not in self._unfinished]
         meta = {**self._meta, "interrupted": self._interrupted}
         return SweepResult(
@@ -242,6 +247,8 @@ class Sweeper:
             "payload_summary": self._payload_summary,
         }
         if self._save is not None:
+            from llmlat.results import DatasetWriter
+
             self._writer = DatasetWriter(
                 self._save, dict(self._meta), overwrite=self.config.overwrite
             )

@@ -22,6 +22,7 @@ both), and an instrument must cost less than what it measures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import ssl
 import time
@@ -45,6 +46,8 @@ __all__ = ["Pool"]
 _MAX_HEAD = 64 * 1024  # bytes of a response head (status line and headers, 1xx heads included)
 _MAX_ERROR_BODY = 64 * 1024  # bytes kept of a non-2xx answer's body
 _IDLE_S = 4.0  # idle connections older than this are not reused (uvicorn closes at 5 s)
+_CONNECTS_AT_ONCE = 256  # most connections preconnect opens at a time
+_CLOSE_WAIT_S = 1.0  # longest aclose waits for the transports to report their close
 _KEEP_ALIVE_TIMEOUT = re.compile(r"timeout=(\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
@@ -93,6 +96,8 @@ class Pool:
         self._ssl: ssl.SSLContext | None = None
         self._idle: dict[_Connection, float] = {}  # -> loop time released; warmest last
         self._open: set[_Connection] = set()
+        self._live = 0  # transports made and not yet reported lost (closed or not)
+        self._drained: asyncio.Future[None] | None = None  # aclose waits on it
 
     async def send(
         self,
@@ -182,14 +187,20 @@ class Pool:
             if now - released > min(self.idle_s, conn.idle_s) or conn.transport.is_closing():
                 self._idle.pop(conn)
                 conn.close()
-        need = n - len(self._idle)
-        if need <= 0:
-            return 0
-        made = await asyncio.gather(
-            *(self._connect(loop) for _ in range(need)), return_exceptions=True
-        )
+        left = n - len(self._idle)
+        opened: list[_Connection] = []
+
+        async def opener() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                with contextlib.suppress(Exception):  # left to the requests to meet
+                    opened.append(await self._connect(loop))
+
+        # a few hundred at once, not thousands: their tasks' memory would stay in the process,
+        # and a burst of thousands of connects can overflow the server's accept queue
+        await asyncio.gather(*(opener() for _ in range(min(left, _CONNECTS_AT_ONCE))))
         now = loop.time()  # the clock of their idleness starts when all are open
-        opened = [c for c in made if isinstance(c, _Connection)]
         for conn in opened:
             self._idle[conn] = now
         return len(opened)
@@ -200,6 +211,11 @@ class Pool:
             conn.transport.close()
         self._idle.clear()
         self._open.clear()
+        if self._live:  # until then each transport holds its buffers and its connection
+            self._drained = asyncio.get_running_loop().create_future()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_CLOSE_WAIT_S):
+                    await self._drained
         await asyncio.sleep(0)  # let the transports run their close callbacks
 
     def _reuse(self, now: float) -> _Connection | None:
@@ -238,10 +254,20 @@ class Pool:
         self._idle.pop(conn, None)
         self._open.discard(conn)
 
+    def _lost(self) -> None:
+        self._live -= 1
+        if not self._live and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
 
 def _expire(done: asyncio.Future[None]) -> None:
     if not done.done():
         done.set_exception(TimeoutError())
+
+
+#: What a connection holds when no answer is expected: a finished answer, its parser and its
+#: times are not kept alive by an idle connection (thousands may be idle at once)
+_NO_RESPONSE = Response()
 
 
 class _Extra(Exception):
@@ -276,7 +302,7 @@ class _Connection(asyncio.Protocol):
         self._pool = pool
         self._parser = httptools.HttpResponseParser(self)
         self._done: asyncio.Future[None] | None = None
-        self._resp = Response()
+        self._resp = _NO_RESPONSE
         self._sink: Callable[[bytes, int], object] | None = None
         self._decode: Decoder | None = None
         self._pending: list[bytes] = []  # body bytes of the read being parsed, for the sink
@@ -293,6 +319,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream connection's
+        self._pool._live += 1
 
     def begin(self, done: asyncio.Future[None], response: Response, reused: bool) -> None:
         """Expect the answer to a request about to be written."""
@@ -356,6 +383,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._pool._forget(self)
+        self._pool._lost()
+        del self._parser  # it holds this protocol's methods: a cycle, for the GC to find late
         if self._done is None:
             return
         t = time.perf_counter_ns()
@@ -450,6 +479,7 @@ class _Connection(asyncio.Protocol):
     def _finish(self, t: int, *, keep: bool) -> None:
         done, self._done = self._done, None
         self._resp.t_end_ns = t
+        self._resp, self._sink, self._decode = _NO_RESPONSE, None, None
         if keep:
             self._pool._release(self)
         else:
@@ -460,6 +490,7 @@ class _Connection(asyncio.Protocol):
     def _fail(self, exc: Exception) -> None:
         done, self._done = self._done, None
         self._resp.t_end_ns = time.perf_counter_ns()
+        self._resp, self._sink, self._decode = _NO_RESPONSE, None, None
         self.close()
         if done is not None and not done.done():
             done.set_exception(exc)
