@@ -97,6 +97,7 @@ class Pool:
         self._idle: dict[_Connection, float] = {}  # -> loop time released; warmest last
         self._open: set[_Connection] = set()
         self._live = 0  # transports made and not yet reported lost (closed or not)
+        self._reads: list[tuple[_Connection, bytes, int]] = []  # stamped, not yet parsed
         self._drained: asyncio.Future[None] | None = None  # aclose waits on it
 
     async def send(
@@ -254,6 +255,11 @@ class Pool:
         self._idle.pop(conn, None)
         self._open.discard(conn)
 
+    def _parse_reads(self) -> None:
+        reads, self._reads = self._reads, []
+        for conn, data, t in reads:
+            conn.parse(data, t)
+
     def _lost(self) -> None:
         self._live -= 1
         if not self._live and self._drained is not None and not self._drained.done():
@@ -342,7 +348,15 @@ class _Connection(asyncio.Protocol):
         self._pool._forget(self)  # now, not when the loop reports the close
 
     def data_received(self, data: bytes) -> None:
-        t = time.perf_counter_ns()
+        # only the time now: the parsing waits until every read of this turn of the loop has
+        # its time, so reads late in a busy turn are not stamped after the parsing of the others
+        reads = self._pool._reads
+        if not reads:
+            asyncio.get_running_loop().call_soon(self._pool._parse_reads)
+        reads.append((self, data, time.perf_counter_ns()))
+
+    def parse(self, data: bytes, t: int) -> None:
+        """Parse a read that arrived at ``t`` (``perf_counter_ns``)."""
         if self._done is None:  # nobody asked: nothing sane to do with it
             self.close()
             return
@@ -382,6 +396,7 @@ class _Connection(asyncio.Protocol):
             self._finish(t, keep=False)  # the rest of the body would be left unread
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._pool._parse_reads()  # what arrived before the close comes first
         self._pool._forget(self)
         self._pool._lost()
         del self._parser  # it holds this protocol's methods: a cycle, for the GC to find late
