@@ -436,7 +436,7 @@ def peak_mb():  # VmHWM: this process image's own peak (ru_maxrss keeps the fork
 
 _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-import llmlat._engine  # numpy, pandas, ...: what any sweep has loaded
+import llmlat._engine  # what a sweep loads before measuring (pandas comes with the result)
 before = peak_mb()
 result = llmlat.sweep("Say something.", url=sys.argv[1], model="bench", concurrency=[5000],
                       requests=5000, retries=0, progress=False, timeout_s=120)

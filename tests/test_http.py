@@ -231,6 +231,32 @@ def test_cancelling_mid_answer_closes_the_connection():
     assert asyncio.run(go()) == (200, b"abc", 0, 0)
 
 
+def test_each_answer_times_out_at_its_own_deadline_though_one_timer_serves_them_all():
+    async def go():
+        held = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc"  # never completes
+        whole = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        async with RawServer([held] * 3 + [whole]) as server:
+            pool = Pool(server.url)
+
+            async def send(timeout_s: float) -> float:
+                t = time.perf_counter()
+                with pytest.raises(TimeoutError):
+                    await pool.send(BODY, Response(), timeout_s=timeout_s)
+                return time.perf_counter() - t
+
+            # the second deadline is the earliest: the timer is moved forward for it
+            waited = await asyncio.wait_for(asyncio.gather(send(0.3), send(0.1), send(0.2)), 10)
+            left = dict(pool._deadlines)
+            resp = Response()
+            await pool.send(BODY, resp, timeout_s=30)  # a fresh connection; its timer stays
+            await pool.aclose()
+            return waited, left, bytes(resp.body), pool._timer
+
+    waited, left, body, timer = asyncio.run(go())
+    assert all(w >= t - 0.002 for w, t in zip(waited, (0.3, 0.1, 0.2), strict=True)), waited
+    assert left == {} and body == b"ok" and timer is None
+
+
 def test_connection_refused_names_the_reason():
     async def go():
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)

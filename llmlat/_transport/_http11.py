@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import re
 import ssl
 import time
@@ -47,6 +48,7 @@ _MAX_HEAD = 64 * 1024  # bytes of a response head (status line and headers, 1xx 
 _MAX_ERROR_BODY = 64 * 1024  # bytes kept of a non-2xx answer's body
 _IDLE_S = 4.0  # idle connections older than this are not reused (uvicorn closes at 5 s)
 _CONNECTS_AT_ONCE = 256  # most connections preconnect opens at a time
+_CLOCK_SLACK_S = 1e-3  # uvloop's clock counts whole ms: a timer may wake that much early
 _CLOSE_WAIT_S = 1.0  # longest aclose waits for the transports to report their close
 _KEEP_ALIVE_TIMEOUT = re.compile(r"timeout=(\d+(?:\.\d+)?)", re.IGNORECASE)
 
@@ -98,6 +100,11 @@ class Pool:
         self._open: set[_Connection] = set()
         self._live = 0  # transports made and not yet reported lost (closed or not)
         self._reads: list[tuple[_Connection, bytes, int]] = []  # stamped, not yet parsed
+        # answers awaited -> their deadline (loop time), and one timer for the earliest: a
+        # timer per request costs more CPU and memory than the whole of its bookkeeping here
+        self._deadlines: dict[asyncio.Future[None], float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
         self._drained: asyncio.Future[None] | None = None  # aclose waits on it
 
     async def send(
@@ -156,18 +163,21 @@ class Pool:
             data = b"%s%sContent-Length: %d\r\n\r\n%s" % (self._head, extra, len(body), body)
         else:
             data = b"%sContent-Length: %d\r\n\r\n%s" % (self._head, len(body), body)
-        # a timer of our own: cheaper per request than asyncio.timeout's context manager
-        timer = None if deadline is None else loop.call_at(deadline, _expire, done)
+        if deadline is not None:
+            self._deadlines[done] = deadline
+            if deadline < self._timer_at:
+                self._arm(loop, deadline)
         response.t_sent_ns = time.perf_counter_ns()
-        conn.transport.write(data)
         try:
+            conn.transport.write(data)
+            del data  # not held while waiting: thousands may wait
             await done
         except BaseException:
             conn.abandon(done)
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            if deadline is not None:
+                del self._deadlines[done]
 
     async def preconnect(self, n: int) -> int:
         """Open connections until ``n`` are idle (failures are left to the requests to meet).
@@ -208,6 +218,9 @@ class Pool:
 
     async def aclose(self) -> None:
         """Close every connection."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, math.inf
         for conn in list(self._open):
             conn.transport.close()
         self._idle.clear()
@@ -255,6 +268,23 @@ class Pool:
         self._idle.pop(conn, None)
         self._open.discard(conn)
 
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        """Fail the answers past their deadline; wake up again at the earliest one left."""
+        self._timer, self._timer_at = None, math.inf
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for done, deadline in list(self._deadlines.items()):
+            if deadline <= now + _CLOCK_SLACK_S and not done.done():
+                done.set_exception(TimeoutError())
+        if left := [d for f, d in self._deadlines.items() if not f.done()]:
+            self._arm(loop, min(left))
+
     def _parse_reads(self) -> None:
         reads, self._reads = self._reads, []
         for conn, data, t in reads:
@@ -264,11 +294,6 @@ class Pool:
         self._live -= 1
         if not self._live and self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
-
-
-def _expire(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_exception(TimeoutError())
 
 
 #: What a connection holds when no answer is expected: a finished answer, its parser and its
