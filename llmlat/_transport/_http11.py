@@ -296,7 +296,10 @@ class Pool:
         else:
             reads, self._reads = reads[:_READS_PER_TURN], reads[_READS_PER_TURN:]
         for conn, data, t in reads:
-            conn.parse(data, t)
+            try:
+                conn.parse(data, t)
+            except Exception as exc:  # a bug of ours: that answer fails, the others go on
+                conn._fail(BadResponse(f"unexpected {type(exc).__name__}: {exc}"))
         if self._reads and not every:
             asyncio.get_running_loop().call_soon(self._parse_reads)
 
