@@ -135,6 +135,14 @@ def test_content_length_body_and_headers_without_sink():
     assert b"\r\nContent-Length: 2\r\n" in server.requests[0]
 
 
+@pytest.mark.parametrize("piece", [1000, 1 << 20])
+def test_an_error_body_is_kept_up_to_64_kib_in_any_split(piece):
+    body = bytes(range(256)) * 400  # 100 KiB
+    answer = b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    (resp,), _, _ = exchange([answer], piece=piece)
+    assert resp.status == 500 and bytes(resp.body) == body[: 64 * 1024]
+
+
 def test_informational_answers_are_skipped_and_204_has_no_body():
     answer = (
         b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"

@@ -339,17 +339,21 @@ class _Connection(asyncio.Protocol):
         "_t",
         "_until_close",
         "idle_s",
+        "on_body",
         "transport",
     )
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
+        self._pending: list[bytes] = []  # body bytes of the read being parsed
+        # llhttp's body callback, one call per HTTP chunk: the list's own append, no Python
+        # frame; what the bytes are for is sorted out once per read (_hand_over)
+        self.on_body: Callable[[bytes], None] = self._pending.append
         self._parser = httptools.HttpResponseParser(self)
         self._done: asyncio.Future[None] | None = None
         self._resp = _NO_RESPONSE
         self._sink: Callable[[bytes, int], object] | None = None
         self._decode: Decoder | None = None
-        self._pending: list[bytes] = []  # body bytes of the read being parsed, for the sink
         self._t = 0  # arrival time of the read being parsed
         self._got = 0  # bytes of this answer fed to the parser
         self._headed = False  # the final head (not a 1xx) has been parsed
@@ -413,7 +417,7 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__
             if isinstance(cause, _Extra):  # the answer is whole; the connection is not reusable
-                if not self._pending or self._to_sink():
+                if self._hand_over():
                     self._finish(t, keep=False)
             elif isinstance(cause, BadResponse):
                 self._fail(cause)
@@ -426,7 +430,7 @@ class _Connection(asyncio.Protocol):
         except BadResponse as exc:
             self._fail(exc)
             return
-        if self._pending and not self._to_sink():
+        if (self._pending or self._decode is not None) and not self._hand_over():
             return
         if self._complete:
             self._finish(t, keep=self._keep)
@@ -443,14 +447,8 @@ class _Connection(asyncio.Protocol):
         t = time.perf_counter_ns()
         if self._until_close and exc is None:
             self._t = t
-            try:
-                self._flush_decoder()
-            except BadResponse as err:
-                self._fail(err)
-                return
-            if self._pending and not self._to_sink():
-                return
-            self._finish(t, keep=False)
+            if self._hand_over(final=True):
+                self._finish(t, keep=False)
         elif self._got:
             self._fail(ConnectionFailed("connection dropped before the answer was complete"))
         else:
@@ -490,40 +488,34 @@ class _Connection(asyncio.Protocol):
         if alive and (m := _KEEP_ALIVE_TIMEOUT.search(alive)):
             self.idle_s = max(0.0, float(m.group(1)) - 1.0)  # the server's own idle limit
 
-    def on_body(self, data: bytes) -> None:
-        if self._decode is None and self._sink is not None:
-            self._pending.append(data)  # the hot path: one call per HTTP chunk of a stream
-        else:
-            self._deliver(data if self._decode is None else self._decode(data))
-
     def on_message_complete(self) -> None:
         if self._headed:
-            if self._decode is not None:
-                self._flush_decoder()
             self._complete = True
             self._keep = self._parser.should_keep_alive()  # (llhttp forgets it after this call)
 
     # -- delivering -----------------------------------------------------------------------
-    def _deliver(self, data: bytes) -> None:
-        if self._sink is not None:
-            self._pending.append(data)  # the sink gets each read once, not each HTTP chunk
-            return
-        body = self._resp.body
-        if len(body) < _MAX_ERROR_BODY or 200 <= self._resp.status < 300:
-            body += data
+    def _hand_over(self, *, final: bool = False) -> bool:
+        """Give what this read brought to the sink, else to the body; False if the answer failed.
 
-    def _flush_decoder(self) -> None:
-        if self._decode is not None:
-            self._deliver(self._decode.flush())
-
-    def _to_sink(self) -> bool:
-        """Give the sink what this read brought; False when the sink failed (answer failed)."""
+        The sink gets each read once (decoded), not each HTTP chunk. ``final``: the body ended
+        with the connection.
+        """
         pending = self._pending
         data = pending[0] if len(pending) == 1 else b"".join(pending)
         pending.clear()
         try:
-            if data and self._sink(data, self._t):  # type: ignore[misc]
+            if self._decode is not None:
+                data = self._decode(data)
+                if final or self._complete:
+                    data += self._decode.flush()
+            if self._sink is None:
+                body, status = self._resp.body, self._resp.status
+                body += data if 200 <= status < 300 else data[: max(0, _MAX_ERROR_BODY - len(body))]
+            elif data and self._sink(data, self._t):
                 self._ended = True
+        except BadResponse as exc:
+            self._fail(exc)
+            return False
         except Exception as exc:  # a sink's bug: the answer is recorded as unreadable, not lost
             self._fail(BadResponse(f"unexpected {type(exc).__name__}: {exc}"))
             return False
