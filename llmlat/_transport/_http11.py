@@ -1,12 +1,14 @@
 """The default transport: HTTP/1.1 keep-alive connections on asyncio protocols, framed by llhttp.
 
-Responses are framed by ``httptools.HttpResponseParser`` (llhttp, Node's parser: maintained,
-strict, cheap). The answer's body goes to a sink as each network read arrives, with that read's
-``perf_counter_ns`` time, so a streamed answer is parsed without another task, queue or await
-per chunk. ``gzip`` and ``deflate`` bodies are decoded (the client asks for ``identity``);
-other codings are refused with a message that says so. Plain ``http`` and ``https`` (the
-system's trust store, which honours ``SSL_CERT_FILE``); no proxies (use the ``aiohttp``
-transport), no redirects.
+Responses are framed by ``httptools.HttpResponseParser`` (llhttp, Node's parser: maintained, strict,
+cheap). The answer's body goes to a sink read by read, with that read's ``perf_counter_ns`` time, so
+a streamed answer is parsed without another task, queue or await per chunk. A read is stamped the
+moment the loop hands it over and parsed later in the same turn of the loop, after the other reads
+of that turn are stamped (16 at most are parsed before the loop looks for new ones): with many
+streams in flight, a read is not stamped late by the parsing of the reads that happened to come
+before it. ``gzip`` and ``deflate`` bodies are decoded (the client asks for ``identity``); other
+codings are refused with a message that says so. Plain ``http`` and ``https`` (the system's trust
+store, which honours ``SSL_CERT_FILE``); no proxies (use the ``aiohttp`` transport), no redirects.
 
 Keep-alive: an idle connection is not reused after ``idle_s`` (4 s by default, under the 5 s of
 uvicorn, which vLLM and many other servers run on, and under a ``Keep-Alive: timeout=``
