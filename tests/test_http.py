@@ -265,6 +265,38 @@ def test_each_answer_times_out_at_its_own_deadline_though_one_timer_serves_them_
     assert left == {} and body == b"ok" and timer is None
 
 
+def test_reads_of_one_turn_of_the_loop_are_stamped_before_any_is_parsed():
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+    calls: list[tuple[int, int, int]] = []  # (stamp, sink called, sink returned)
+
+    def slow_sink(data: bytes, t_ns: int) -> bool:
+        start = time.perf_counter_ns()
+        while time.perf_counter_ns() - start < 5_000_000:  # parsing that takes a while
+            pass
+        calls.append((t_ns, start, time.perf_counter_ns()))
+        return False
+
+    async def go():
+        writers: list[asyncio.StreamWriter] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n{}")
+            writers.append(writer)
+            if len(writers) == 2:  # both answers in one callback: readable in the same turn
+                for w in writers:
+                    w.write(answer)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        pool = Pool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/")
+        await asyncio.gather(*(pool.send(BODY, Response(slow_sink)) for _ in range(2)))
+        await pool.aclose()
+        server.close()
+
+    asyncio.run(go())
+    first, second = sorted(calls, key=lambda c: c[1])
+    assert second[0] < first[2]  # stamped before the first read's parsing was over
+
+
 def test_connection_refused_names_the_reason():
     async def go():
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
