@@ -54,6 +54,11 @@ def test_multi_line_data_endings_comments_and_ignored_fields():
         assert decode(chunks, fast=False) == expected, size
 
 
+def test_an_empty_event_name_set_in_an_earlier_read_still_names_the_event():
+    chunks = [b"event:\n", b"data: a\n\n", b"data: b\n\n"]
+    assert decode(chunks) == decode(chunks, fast=False) == [(b"a", b""), (b"b", None)]
+
+
 def test_a_crlf_split_between_reads_is_one_line_ending():
     assert decode([b"data: a\r", b"\n\r", b"\n"]) == [(b"a", None)]
     assert decode([b"data: a\r", b"\r"]) == [(b"a", None)]  # two CR endings: a blank line

@@ -46,10 +46,11 @@ class SSEDecoder:
         Whether to use the fast path (False is the plain path alone, for tests).
     """
 
-    __slots__ = ("_cr", "_fast", "_line", "_lines", "_name", "_start")
+    __slots__ = ("_between", "_cr", "_fast", "_line", "_lines", "_name", "_start")
 
     def __init__(self, *, fast: bool = True) -> None:
         self._fast = fast
+        self._between = False  # the fast path may run: between events, nothing held over
         self._line = b""  # an unterminated line
         self._lines: list[bytes] = []  # data lines of the event being read
         self._name: bytes | None = None  # its event name
@@ -100,14 +101,13 @@ class SSEDecoder:
                 self._line = chunk
                 return
             self._start = False
+            self._between = self._fast
             if chunk.startswith(_BOM):
                 chunk = chunk[3:]
         if (
-            self._fast
-            and chunk[:6] == b"data: "
-            and chunk[-2:] == b"\n\n"
-            and not (self._line or self._lines or self._cr)
-            and self._name is None
+            self._between
+            and chunk.startswith(b"data: ")
+            and chunk.endswith(b"\n\n")
             and b"\r" not in chunk
         ):
             datas = chunk[6:-2].split(b"\n\ndata: ")
@@ -132,7 +132,7 @@ class SSEDecoder:
                     data, event = b"\n".join(self._lines), self._name
                     self._lines, self._name = [], None
                     if self.on_event(data, event):
-                        return
+                        break
                 else:
                     self._name = None
                 continue
@@ -146,3 +146,5 @@ class SSEDecoder:
             elif name == b"event":
                 self._name = value
             # id, retry and unknown fields change nothing llmlat measures
+        held = self._line or self._lines or self._cr or self._name is not None
+        self._between = self._fast and not held
