@@ -19,8 +19,10 @@ Printed:
    asyncio protocol that only reads (the event loop and system calls every client pays).
 2. Accuracy: ~20 ms to the first token, 2 ms between tokens, at 16 and 128 in flight
    (connections opened before the level, so connect excluded): p50 / p99 of client TTFT minus
-   the server's (its log, joined on ``x-llmlat-request-id``); the same for aiohttp reading the
-   raw stream and timing the first content event.
+   the server's (its log, joined on ``x-llmlat-request-id``), and its two parts: the client's
+   write of the request to the server kernel's receipt, the server's write of the first token
+   to the client's read; the same error for aiohttp reading the raw stream and timing the first
+   content event.
 3. Memory: peak RSS of a fresh client process running one level of 5,000 in flight.
 
 Targets (issue 11): <= 0.06 ms CPU per 16-token request; TTFT p99 error <= 2 ms at 16 in
@@ -406,17 +408,19 @@ async def accuracy(server: Server, levels: dict[int, int]) -> pd.DataFrame:
         keys = req["run_id"] + "/" + req["request_id"].astype(str) + "/1"
         srv = log.loc[keys.to_numpy()]
         server_ttft = (srv["t_first_token"] - srv["t_arrival"]).to_numpy()
+        sent, first = t0 + req["t_sent"].to_numpy(), t0 + req["t_first_token"].to_numpy()
         errs = {
             "llmlat ttft_s": (req["ttft_s"].to_numpy() - server_ttft) * 1e3,
-            "llmlat from t_sent": ((req["t_first_token"] - req["t_sent"]).to_numpy() - server_ttft)
-            * 1e3,
+            "llmlat from t_sent": (first - sent - server_ttft) * 1e3,
+            # one clock on both sides: where the error arises
+            "  client write -> server": (srv["t_arrival"].to_numpy() - sent) * 1e3,
+            "  server write -> client": (first - srv["t_first_token"].to_numpy()) * 1e3,
         }
         base = await aiohttp_ttft(server.url, n, requests, f"aio{n}")
         srv = server.log().loc[base.index]
         errs["aiohttp (raw stream)"] = (
             (base["t_first_token"] - base["t_sent"]) - (srv["t_first_token"] - srv["t_arrival"])
         ).to_numpy() * 1e3
-        del t0
         for how, err in errs.items():
             out.append(
                 {
