@@ -4,7 +4,12 @@ The server is a minimal asyncio HTTP/1.1 server in a child process pinned with `
 one core; this process (the client) is pinned to the other. Every answer is an OpenAI chat
 stream of 16 tokens (or 32 for accuracy), chunked, each token written as its own chunk (as real
 servers do), then the usage chunk and ``[DONE]``. The server keeps its own log: when each
-request arrived and when it wrote the first token.
+request arrived, as the kernel's receive time of the read (``SO_TIMESTAMPNS``), and when it
+wrote the first token, just before the ``send`` system call. (Stamped when the server's event
+loop got to it, the arrival time left the server's own loop lag out of its TTFT: at 128 in
+flight that lag, 1-40 ms at p99, was all of the "client's" error.) Server and client read the
+same monotonic clock, so each error splits into client write -> server kernel and server write
+-> client read.
 
 Printed:
 
@@ -14,8 +19,10 @@ Printed:
    asyncio protocol that only reads (the event loop and system calls every client pays).
 2. Accuracy: ~20 ms to the first token, 2 ms between tokens, at 16 and 128 in flight
    (connections opened before the level, so connect excluded): p50 / p99 of client TTFT minus
-   the server's (its log, joined on ``x-llmlat-request-id``); the same for aiohttp reading the
-   raw stream and timing the first content event.
+   the server's (its log, joined on ``x-llmlat-request-id``), and its two parts: the client's
+   write of the request to the server kernel's receipt, the server's write of the first token
+   to the client's read; the same error for aiohttp reading the raw stream and timing the first
+   content event.
 3. Memory: peak RSS of a fresh client process running one level of 5,000 in flight.
 
 Targets (issue 11): <= 0.06 ms CPU per 16-token request; TTFT p99 error <= 2 ms at 16 in
@@ -32,6 +39,8 @@ import asyncio
 import json
 import os
 import resource
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -70,8 +79,32 @@ def _event(obj: dict) -> bytes:
     return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
-class _Canned(asyncio.Protocol):
-    """Keep-alive HTTP/1.1 server: a chunked token stream per request, one write per token."""
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; the socket module lacks it
+_ANCILLARY = socket.CMSG_SPACE(16)  # one struct timespec
+
+
+def _kernel_time(ancillary: list) -> float:
+    """The kernel's receive time of a read, on the ``perf_counter`` clock.
+
+    The kernel stamps a segment when it comes off the (loopback) device, before this server's
+    event loop gets to it: so the server's own loop lag is not counted against the client.
+    The stamp is ``CLOCK_REALTIME``; the offset to ``CLOCK_MONOTONIC`` is read at this moment,
+    ms after the stamp, so clock slewing cannot matter.
+    """
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+            sec, nsec = struct.unpack("qq", data[:16])
+            return (sec * 10**9 + nsec - (time.time_ns() - time.perf_counter_ns())) / 1e9
+    return time.perf_counter()
+
+
+class _Canned:
+    """Keep-alive HTTP/1.1 server: a chunked token stream per request, one write per token.
+
+    Plain non-blocking sockets on the loop's reader callbacks (not asyncio protocols): a read
+    comes with the kernel's receive time (``SO_TIMESTAMPNS``), the arrival time of the log;
+    a write is one ``send`` system call at once, right after its time is taken.
+    """
 
     spec: ClassVar[dict] = {}
     log: ClassVar[list] = []
@@ -85,12 +118,64 @@ class _Canned(asyncio.Protocol):
         "model": "m",
     }
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock, self.loop = sock, loop
+        self.fd = sock.fileno()
         self.buf = b""
-        self.loop = asyncio.get_running_loop()
+        self.out = bytearray()  # what the socket did not take yet
+        self.closed = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        loop.add_reader(self.fd, self.readable)
 
-    def data_received(self, data: bytes) -> None:
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.loop.remove_reader(self.fd)
+            self.loop.remove_writer(self.fd)
+            self.sock.close()
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self.out:
+            self.out += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.close()
+            return
+        if sent < len(data):
+            self.out += data[sent:]
+            self.loop.add_writer(self.fd, self.writable)
+
+    def writable(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.close()
+            return
+        del self.out[:sent]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+
+    def readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(65536, _ANCILLARY)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        t_arrival = _kernel_time(ancillary)
         self.buf += data
         while (end := self.buf.find(b"\r\n\r\n")) >= 0:
             head = self.buf[:end].lower()
@@ -98,20 +183,17 @@ class _Canned(asyncio.Protocol):
             size = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
             if len(self.buf) < end + 4 + size:
                 return
+            self.buf = self.buf[end + 4 + size :]
             if head.startswith(b"get /log"):
                 body = json.dumps(_Canned.log).encode()
-                self.transport.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-                self.buf = self.buf[end + 4 + size :]
+                self.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
                 continue
             at = head.find(b"x-llmlat-request-id:")
             rid = head[at + 20 :].split(b"\r\n", 1)[0].strip().decode() if at >= 0 else ""
-            self.buf = self.buf[end + 4 + size :]
-            self.answer(rid, time.perf_counter())
+            self.answer(rid, t_arrival)
 
     def answer(self, rid: str, t_arrival: float) -> None:
-        spec, write = self.spec, self.transport.write
+        spec, write = self.spec, self.write
         entry = [rid, t_arrival, None]
         if rid:
             _Canned.log.append(entry)
@@ -129,7 +211,7 @@ class _Canned(asyncio.Protocol):
         )
 
         def send(i: int) -> None:
-            if self.transport.is_closing():
+            if self.closed:
                 return
             if i == 0:
                 entry[2] = time.perf_counter()
@@ -150,9 +232,13 @@ class _Canned(asyncio.Protocol):
 
 async def serve(spec: dict) -> None:
     _Canned.spec = spec
-    server = await asyncio.get_running_loop().create_server(_Canned, "127.0.0.1", 0, backlog=8192)
-    print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
-    await server.serve_forever()
+    loop = asyncio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", 0), backlog=8192)
+    listener.setblocking(False)
+    print(f"http://127.0.0.1:{listener.getsockname()[1]}", flush=True)
+    while True:
+        sock, _ = await loop.sock_accept(listener)
+        _Canned(sock, loop)
 
 
 class Server:
@@ -322,17 +408,19 @@ async def accuracy(server: Server, levels: dict[int, int]) -> pd.DataFrame:
         keys = req["run_id"] + "/" + req["request_id"].astype(str) + "/1"
         srv = log.loc[keys.to_numpy()]
         server_ttft = (srv["t_first_token"] - srv["t_arrival"]).to_numpy()
+        sent, first = t0 + req["t_sent"].to_numpy(), t0 + req["t_first_token"].to_numpy()
         errs = {
             "llmlat ttft_s": (req["ttft_s"].to_numpy() - server_ttft) * 1e3,
-            "llmlat from t_sent": ((req["t_first_token"] - req["t_sent"]).to_numpy() - server_ttft)
-            * 1e3,
+            "llmlat from t_sent": (first - sent - server_ttft) * 1e3,
+            # one clock on both sides: where the error arises
+            "  client write -> server": (srv["t_arrival"].to_numpy() - sent) * 1e3,
+            "  server write -> client": (first - srv["t_first_token"].to_numpy()) * 1e3,
         }
         base = await aiohttp_ttft(server.url, n, requests, f"aio{n}")
         srv = server.log().loc[base.index]
         errs["aiohttp (raw stream)"] = (
             (base["t_first_token"] - base["t_sent"]) - (srv["t_first_token"] - srv["t_arrival"])
         ).to_numpy() * 1e3
-        del t0
         for how, err in errs.items():
             out.append(
                 {
@@ -357,7 +445,7 @@ def peak_mb():  # VmHWM: this process image's own peak (ru_maxrss keeps the fork
 
 _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-import llmlat._engine  # numpy, pandas, ...: what any sweep has loaded
+import llmlat._engine  # what a sweep loads before measuring (pandas comes with the result)
 before = peak_mb()
 result = llmlat.sweep("Say something.", url=sys.argv[1], model="bench", concurrency=[5000],
                       requests=5000, retries=0, progress=False, timeout_s=120)

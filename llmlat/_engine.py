@@ -30,7 +30,7 @@ import time
 import warnings
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from llmlat._notice import notice
 from llmlat._redact import redact_url
 from llmlat._version import __version__
 from llmlat.config import SweepConfig, jsonable, with_options
-from llmlat.results import DatasetWriter, SweepResult, check_save_path
+from llmlat.results import check_save_path
 from llmlat.schema import (
     Attempt,
     LevelStats,
@@ -53,6 +53,9 @@ from llmlat.schema import (
     requests_frame,
 )
 from llmlat.sim.process import serve_simulator
+
+if TYPE_CHECKING:  # pandas loads when a result is built, not while measuring
+    from llmlat.results import DatasetWriter, SweepResult
 
 __all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "sweep"]
 
@@ -168,6 +171,8 @@ class Sweeper:
         """
         if self._coordinator is not None:
             return self._coordinator.result()
+        from llmlat.results import SweepResult
+
         done = [r for r in self._issued if r.request_id not in self._unfinished]
         meta = {**self._meta, "interrupted": self._interrupted}
         return SweepResult(
@@ -260,6 +265,8 @@ class Sweeper:
             self._coordinator = Coordinator(self, url)
             return await self._coordinator.run()
         if self._save is not None:
+            from llmlat.results import DatasetWriter
+
             self._writer = DatasetWriter(
                 self._save, dict(self._meta), overwrite=self.config.overwrite
             )

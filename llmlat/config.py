@@ -637,7 +637,7 @@ def with_options(func: Callable) -> Callable:
         ``func`` itself, with ``__signature__`` and ``__doc__`` set.
     """
     signature = inspect.signature(func)
-    hints = typing.get_type_hints(func)  # the function's string annotations, resolved
+    hints = _resolved_annotations(func)
     own = [
         p.replace(annotation=hints.get(p.name, p.annotation))
         for p in list(signature.parameters.values())[:-1]
@@ -653,6 +653,21 @@ def with_options(func: Callable) -> Callable:
     )
     func.__doc__ = _with_options_doc(func.__doc__)
     return func
+
+
+def _resolved_annotations(func: Callable) -> dict[str, Any]:
+    """Resolve the function's string annotations.
+
+    A name its module imports only for type checking stays a string (the engine's
+    ``SweepResult``: importing it would load pandas).
+    """
+    hints: dict[str, Any] = {}
+    for name, value in func.__annotations__.items():
+        try:  # what typing.get_type_hints does, one annotation at a time
+            hints[name] = eval(value, func.__globals__) if isinstance(value, str) else value
+        except NameError:
+            hints[name] = value
+    return hints
 
 
 def _with_options_doc(doc: str | None) -> str:

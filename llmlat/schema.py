@@ -264,14 +264,12 @@ def _frame(rows: Iterable, columns: dict[str, str]) -> pd.DataFrame:
     import numpy as np
     import pandas as pd
 
-    # attrgetter is ~50x faster than dataclasses.astuple, which deep-copies every field
-    row = attrgetter(*columns)
-    data = [row(r) for r in rows]
-    if not data:
+    rows = rows if isinstance(rows, list | tuple) else list(rows)
+    if not rows:
         return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in columns.items()})
-    cols = list(zip(*data, strict=True))
     out = {}
-    for (name, dtype), values in zip(columns.items(), cols, strict=True):
+    for name, dtype in columns.items():  # column by column: no row tuples held at once
+        values = list(map(attrgetter(name), rows))
         if dtype == "float64":
             out[name] = np.asarray(values, dtype=np.float64)
         else:

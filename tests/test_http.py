@@ -135,6 +135,14 @@ def test_content_length_body_and_headers_without_sink():
     assert b"\r\nContent-Length: 2\r\n" in server.requests[0]
 
 
+@pytest.mark.parametrize("piece", [1000, 1 << 20])
+def test_an_error_body_is_kept_up_to_64_kib_in_any_split(piece):
+    body = bytes(range(256)) * 400  # 100 KiB
+    answer = b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    (resp,), _, _ = exchange([answer], piece=piece)
+    assert resp.status == 500 and bytes(resp.body) == body[: 64 * 1024]
+
+
 def test_informational_answers_are_skipped_and_204_has_no_body():
     answer = (
         b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
@@ -229,6 +237,64 @@ def test_cancelling_mid_answer_closes_the_connection():
             return resp.status, bytes(resp.body), len(pool._open), len(pool._idle)
 
     assert asyncio.run(go()) == (200, b"abc", 0, 0)
+
+
+def test_each_answer_times_out_at_its_own_deadline_though_one_timer_serves_them_all():
+    async def go():
+        held = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc"  # never completes
+        whole = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        async with RawServer([held] * 3 + [whole]) as server:
+            pool = Pool(server.url)
+
+            async def send(timeout_s: float) -> float:
+                t = time.perf_counter()
+                with pytest.raises(TimeoutError):
+                    await pool.send(BODY, Response(), timeout_s=timeout_s)
+                return time.perf_counter() - t
+
+            # the second deadline is the earliest: the timer is moved forward for it
+            waited = await asyncio.wait_for(asyncio.gather(send(0.3), send(0.1), send(0.2)), 10)
+            left = dict(pool._deadlines)
+            resp = Response()
+            await pool.send(BODY, resp, timeout_s=30)  # a fresh connection; its timer stays
+            await pool.aclose()
+            return waited, left, bytes(resp.body), pool._timer
+
+    waited, left, body, timer = asyncio.run(go())
+    assert all(w >= t - 0.002 for w, t in zip(waited, (0.3, 0.1, 0.2), strict=True)), waited
+    assert left == {} and body == b"ok" and timer is None
+
+
+def test_reads_of_one_turn_of_the_loop_are_stamped_before_any_is_parsed():
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+    calls: list[tuple[int, int, int]] = []  # (stamp, sink called, sink returned)
+
+    def slow_sink(data: bytes, t_ns: int) -> bool:
+        start = time.perf_counter_ns()
+        while time.perf_counter_ns() - start < 5_000_000:  # parsing that takes a while
+            pass
+        calls.append((t_ns, start, time.perf_counter_ns()))
+        return False
+
+    async def go():
+        writers: list[asyncio.StreamWriter] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n{}")
+            writers.append(writer)
+            if len(writers) == 2:  # both answers in one callback: readable in the same turn
+                for w in writers:
+                    w.write(answer)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        pool = Pool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/")
+        await asyncio.gather(*(pool.send(BODY, Response(slow_sink)) for _ in range(2)))
+        await pool.aclose()
+        server.close()
+
+    asyncio.run(go())
+    first, second = sorted(calls, key=lambda c: c[1])
+    assert second[0] < first[2]  # stamped before the first read's parsing was over
 
 
 def test_connection_refused_names_the_reason():

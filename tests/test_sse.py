@@ -13,12 +13,22 @@ from llmlat._apis import get_endpoint
 from llmlat._apis.sse import SSEDecoder
 
 
+class Collect(SSEDecoder):
+    __slots__ = ("events",)
+
+    def __init__(self, *, fast):
+        super().__init__(fast=fast)
+        self.events = []
+
+    def on_event(self, data, event):
+        self.events.append((data, event))
+
+
 def decode(chunks, *, fast=True):
-    events = []
-    decoder = SSEDecoder(lambda data, event: events.append((data, event)), fast=fast)
+    decoder = Collect(fast=fast)
     for chunk in chunks:
-        decoder.feed(chunk)
-    return events
+        decoder.decode(chunk)
+    return decoder.events
 
 
 def test_multi_line_data_endings_comments_and_ignored_fields():
@@ -42,6 +52,11 @@ def test_multi_line_data_endings_comments_and_ignored_fields():
         chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
         assert decode(chunks) == expected, size
         assert decode(chunks, fast=False) == expected, size
+
+
+def test_an_empty_event_name_set_in_an_earlier_read_still_names_the_event():
+    chunks = [b"event:\n", b"data: a\n\n", b"data: b\n\n"]
+    assert decode(chunks) == decode(chunks, fast=False) == [(b"a", b""), (b"b", None)]
 
 
 def test_a_crlf_split_between_reads_is_one_line_ending():
@@ -93,6 +108,58 @@ def test_llm_shaped_streams_count_the_same_content_whatever_the_split(texts, cut
         parser.feed(stream[a:b], a)
     assert parser.ended and parser.error is None
     assert len(parser.times) == sum(1 for t in texts if t)
+
+
+# events of OpenAI and Anthropic streams, good and bad, for the parsers' fast and plain paths
+_API_EVENTS = {
+    "openai-chat": [
+        b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{"content":"a b"},"finish_reason":null}]}\n\n',
+        b'data: {"choices":[{"delta":{"reasoning_content":"r"}}]}\n\n',
+        b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
+        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n',
+        b'data: {"error":{"message":"overloaded","type":"server_error"}}\n\n',
+        b'data: {"choices":[{"delta":{"content":"a"}}]\n\n',  # cut JSON
+        b'data: {"choices":"x"}\n\n',  # an unexpected shape
+        b"data: [DONE]\n\n",
+        b": keep-alive\n\n",
+        b'data: {"choices":\ndata: [{"delta":{"content":"two lines"}}]}\n\n',
+    ],
+    "anthropic-messages": [
+        b'event: message_start\ndata: {"type":"message_start","message":{"usage":'
+        b'{"input_tokens":5,"output_tokens":1}}}\n\n',
+        b'data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"hi"}}\n\n',
+        b'event: ping\ndata: {"type":"ping"}\n\n',
+        b'data: {"type":"message_delta","usage":{"output_tokens":7}}\n\n',
+        b'data: {"type":"error","error":{"type":"overloaded_error","message":"busy"}}\n\n',
+        b'data: {"type":"content_block_delta"}\n\n',  # no delta: an unexpected shape
+        b'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+    ],
+}
+_PARSED = ("times", "prompt_tokens", "completion_tokens", "cached_tokens", "done", "ended")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    api=st.sampled_from(sorted(_API_EVENTS)),
+    picks=st.lists(st.integers(min_value=0, max_value=99), max_size=25),
+    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
+)
+def test_the_parsers_fast_path_gives_what_the_plain_one_does_on_any_stream_and_split(
+    api, picks, cuts
+):
+    events = _API_EVENTS[api]
+    # mostly content, as real streams are, with anything else now and then
+    stream = b"".join(events[p % len(events)] if p % 3 else events[1] for p in picks)
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    kind = type(get_endpoint(api).stream_parser())
+    fast, plain = kind(), kind(fast=False)
+    for parser in (fast, plain):
+        for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+            if parser.feed(stream[a:b], i):
+                break
+    assert [getattr(fast, k) for k in _PARSED] == [getattr(plain, k) for k in _PARSED]
+    assert (fast.error_kind, fast.error) == (plain.error_kind, plain.error)
 
 
 @pytest.mark.parametrize(

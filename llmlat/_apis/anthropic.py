@@ -39,7 +39,7 @@ class MessagesStream(StreamParser):
     __slots__ = ()
     _what = "anthropic-messages event"
 
-    def _event(self, obj: dict[str, Any]) -> None:
+    def _event(self, obj: dict[str, Any]) -> bool:
         kind = obj.get("type")
         if kind == "content_block_delta":
             delta = obj["delta"]
@@ -50,12 +50,16 @@ class MessagesStream(StreamParser):
                     break
         elif kind == "message_stop":
             self._end()
-        elif not self._error(obj):
+            return True
+        elif self._error(obj):
+            return True
+        else:
             usage = obj.get("usage")
             if usage is None and isinstance(obj.get("message"), dict):
                 usage = obj["message"].get("usage")
             if isinstance(usage, dict):
                 anthropic_usage(self, usage)
+        return False
 
 
 class MessagesEndpoint(Endpoint):

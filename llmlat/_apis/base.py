@@ -85,10 +85,15 @@ def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-class StreamParser:
+class StreamParser(SSEDecoder):
     """Incremental parser of one server-sent-event stream.
 
     Feed it every network read with its arrival time; read the attributes afterwards.
+
+    Parameters
+    ----------
+    fast : bool
+        Whether the event-stream decoder may take its fast path (False: the plain one alone).
 
     Attributes
     ----------
@@ -107,7 +112,6 @@ class StreamParser:
     """
 
     __slots__ = (
-        "_sse",
         "_t",
         "cached_tokens",
         "completion_tokens",
@@ -120,7 +124,7 @@ class StreamParser:
     )
 
     def __init__(self, *, fast: bool = True) -> None:
-        self._sse = SSEDecoder(self._on_event, fast=fast)
+        super().__init__(fast=fast)
         self._t = 0
         self.times: list[int] = []
         self.prompt_tokens: int | None = None
@@ -143,7 +147,7 @@ class StreamParser:
             return True
         self._t = t_ns
         try:
-            self._sse.feed(data)
+            self.decode(data)
         except SSEError as exc:
             self._fail("protocol", str(exc))
         return self.ended or self.error is not None
@@ -151,24 +155,35 @@ class StreamParser:
     def close(self, t_ns: int) -> None:
         """Mark the end of the stream (an event cut short by it is not dispatched: the spec)."""
 
-    def _on_event(self, data: bytes, event: bytes | None) -> bool:
+    def on_event(self, data: bytes, event: bytes | None) -> bool:
+        """Handle one event (its name is in its JSON too: not needed)."""
+        return self.on_data((data,))
+
+    def on_data(self, datas: list[bytes] | tuple[bytes]) -> bool:
+        """Handle the data of events in order; True once nothing more is to be read."""
         if self.ended or self.error is not None:
             return True
-        if data[:1] != b"{" and self._non_json(data):  # [DONE]: no exception to raise
-            return self.ended
-        try:
-            obj = loads(data)
-        except ValueError:  # invalid JSON or UTF-8 (orjson and json both raise a ValueError)
-            self._fail("protocol", "malformed stream event (invalid JSON or UTF-8)")
-            return True
-        if type(obj) is not dict:
-            self._fail("protocol", "malformed stream event (not a JSON object)")
-            return True
-        try:
-            self._event(obj)
-        except (KeyError, IndexError, TypeError, AttributeError):
-            self._fail("protocol", f"stream event of an unexpected shape ({self._what})")
-        return self.ended or self.error is not None
+        handle = self._event
+        for data in datas:  # the hot loop: one turn per token
+            if data[:1] != b"{" and self._non_json(data):  # [DONE]: no exception to raise
+                if self.ended:
+                    return True
+                continue
+            try:
+                obj = loads(data)
+            except ValueError:  # invalid JSON or UTF-8 (orjson and json both raise a ValueError)
+                self._fail("protocol", "malformed stream event (invalid JSON or UTF-8)")
+                return True
+            if type(obj) is not dict:
+                self._fail("protocol", "malformed stream event (not a JSON object)")
+                return True
+            try:
+                if handle(obj):
+                    return True
+            except (KeyError, IndexError, TypeError, AttributeError):
+                self._fail("protocol", f"stream event of an unexpected shape ({self._what})")
+                return True
+        return False
 
     #: what the stream should be, for error texts
     _what = "event"
@@ -177,8 +192,11 @@ class StreamParser:
         """Handle an event whose data is not JSON; False when it is malformed."""
         return False
 
-    def _event(self, obj: dict[str, Any]) -> None:
-        """Handle one parsed event (an error object included: see :meth:`_error`)."""
+    def _event(self, obj: dict[str, Any]) -> bool:
+        """Handle one parsed event (an error object included: see :meth:`_error`).
+
+        Returns True once nothing more is to be read (:meth:`_end` or :meth:`_fail` was called).
+        """
         raise NotImplementedError
 
     def _error(self, obj: dict[str, Any]) -> bool:

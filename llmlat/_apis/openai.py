@@ -38,11 +38,11 @@ class _OpenAIStream(StreamParser):
             return True
         return False
 
-    def _event(self, obj: dict[str, Any]) -> None:
+    def _event(self, obj: dict[str, Any]) -> bool:
         # runs once per token: a chunk is recognised by its choices, anything else may be an error
         choices = obj.get("choices")
         if choices is None and self._error(obj):
-            return
+            return True
         if choices:
             content = False
             for choice in choices:
@@ -58,6 +58,7 @@ class _OpenAIStream(StreamParser):
         usage = obj.get("usage")
         if usage:
             openai_usage(self, usage)
+        return False
 
     def _other_content(self, part: dict[str, Any]) -> bool:
         """Whether a choice without text carries other generated content."""
