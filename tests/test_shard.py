@@ -184,3 +184,36 @@ def test_a_payload_function_the_processes_cannot_import_is_refused(sim_process):
     payload.__module__ = "__main__"  # as in a notebook or a script
     with pytest.raises(ValueError, match=r"^payload: a callable must be importable"):
         sweep(payload, url=sim_process[0], rate=1.0, requests=2, workers=2, **QUICK)
+
+
+def test_fit_plot_and_report_take_a_sharded_result_as_a_single_one(sim_process, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from llmlat import fit, plot
+    from llmlat._report import build_report
+    from llmlat.results import SweepResult
+
+    url, _ = sim_process
+    sharded = sweep(
+        url=url,
+        concurrency=[1, 2, 4, 8, 16],
+        requests=[12, 12, 16, 32, 64],
+        max_tokens=4,
+        workers=2,
+        **QUICK,
+    )
+    assert sharded.requests["shard"].nunique() == 2
+    # the shard and host columns are bookkeeping: without them the fit is the same fit
+    plain = SweepResult(
+        sharded.requests.drop(columns=["shard", "host"]),
+        sharded.attempts,
+        sharded.levels,
+        sharded.meta,
+    )
+    res, ref = fit(sharded, model="batch"), fit(plain, model="batch")
+    assert res.params.equals(ref.params)
+    assert res.summary().as_text() == ref.summary().as_text()
+    assert len(plot.overview(sharded, res).axes) >= 2
+    report = build_report(sharded, tmp_path / "report", model="batch", p95_s=1.0)
+    assert report.path.exists() and report.fit is not None and report.plan is not None
