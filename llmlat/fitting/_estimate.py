@@ -143,7 +143,9 @@ class _Problem:
         pred = self.model.predict(p, self.loads, self.obs.kind, (self.stat,), think)
         r = (self.y - pred[f"{self.stat}_s"]) / self.se[: len(self.y)]
         r = np.concatenate([r, self._over_resid(p), self._block_resid(p)])
-        return np.where(np.isfinite(r), r, 1e6)
+        # finite but astronomically large predictions (a step-time exponent far out) would make
+        # the numerical Jacobian overflow: a residual this large already says "far off"
+        return np.clip(np.where(np.isfinite(r), r, 1e6), -1e6, 1e6)
 
     def llf(self, theta: np.ndarray, k: int | None) -> float:
         """Log-likelihood, with the WLS scale concentrated out."""
@@ -221,6 +223,9 @@ class _Problem:
         if "join_steps" in self.model.free:  # waiting for the next step: at most one step
             i = self.model.free.index("join_steps")
             lower[i], upper[i] = np.log(1e-3), 0.0
+        if "gamma" in self.model.free:  # step time ~ batch^gamma: sub- to super-linear, no more
+            i = self.model.free.index("gamma")
+            lower[i], upper[i] = np.log(0.25), np.log(4.0)
         if "t1_s" in self.model.free:  # log t1 runs off to -inf when the step time is flat
             i = self.model.free.index("t1_s")
             base = float(np.nanmin(self.obs.levels["mean_s"])) / self.fixed["tokens"]
