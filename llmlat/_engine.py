@@ -38,7 +38,7 @@ from llmlat._apis import make_payload
 from llmlat._client import Client, FailFast, list_models
 from llmlat._fdlimit import ensure_open_files
 from llmlat._loadshapes import LevelPlan
-from llmlat._loop import loop_factory, run_coroutine
+from llmlat._loop import call_in_loop, loop_factory, run_coroutine
 from llmlat._notice import notice
 from llmlat._redact import redact_url
 from llmlat._version import __version__
@@ -153,12 +153,7 @@ class Sweeper:
         self._stopping = True
         if self._coordinator is not None:
             self._coordinator.stop()
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            if _in_loop_thread(loop):
-                self._wake_sleepers()
-            else:
-                loop.call_soon_threadsafe(self._wake_sleepers)
+        call_in_loop(self._loop, self._wake_sleepers)
 
     def result(self) -> SweepResult:
         """Return what has finished so far (everything, once :meth:`run` has returned).
@@ -704,13 +699,6 @@ def _attempt_order(attempt: Attempt) -> tuple[int, int]:
 def _resolve(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _in_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
 
 
 def _payload_source(payload: Any, api: str, plans: list[LevelPlan]) -> Callable[[Record], dict]:

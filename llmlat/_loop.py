@@ -27,7 +27,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from types import ModuleType
 from typing import Any, TypeVar
 
-__all__ = ["loop_factory", "run_coroutine"]
+__all__ = ["call_in_loop", "loop_factory", "run_coroutine"]
 
 T = TypeVar("T")
 
@@ -70,6 +70,23 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
         return _run_nested(loop, coro)
     _report_once(problem)
     return _run_in_thread(coro)
+
+
+def call_in_loop(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], None]) -> None:
+    """Run ``fn`` in ``loop``'s thread: now when called there, else as soon as the loop can.
+
+    Does nothing when ``loop`` is None or closed (a sweep that never started, or has ended).
+    """
+    if loop is None or loop.is_closed():
+        return
+    try:
+        here = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        here = False
+    if here:
+        fn()
+    else:
+        loop.call_soon_threadsafe(fn)
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

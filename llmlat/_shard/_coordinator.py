@@ -29,6 +29,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmlat._loop import call_in_loop
 from llmlat._notice import notice
 from llmlat._shard._handle import ShardHandle, ShardLost
 from llmlat._shard._partition import next_base
@@ -118,17 +119,7 @@ class Coordinator:
     def stop(self) -> None:
         """Stop every shard: no new sends, requests in flight finish. Safe from any thread."""
         self._stopping = True
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            running = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            running = False
-        if running:
-            self._stop_shards()
-        else:
-            loop.call_soon_threadsafe(self._stop_shards)
+        call_in_loop(self._loop, self._stop_shards)
 
     def result(self) -> SweepResult:
         """Return the merged result of the rows received so far (all, once :meth:`run` ended).

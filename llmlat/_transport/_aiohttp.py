@@ -17,6 +17,8 @@ from typing import Any
 import aiohttp
 
 from llmlat._transport._base import (
+    IDLE_S,
+    MAX_ERROR_BODY,
     BadResponse,
     ConnectionFailed,
     Response,
@@ -25,8 +27,6 @@ from llmlat._transport._base import (
 )
 
 __all__ = ["AiohttpPool"]
-
-_MAX_ERROR_BODY = 64 * 1024
 
 
 async def _connect_start(session: Any, ctx: SimpleNamespace, params: Any) -> None:
@@ -69,7 +69,7 @@ class AiohttpPool:
         headers: Mapping[str, str] | None = None,
         *,
         method: str = "POST",
-        idle_s: float = 4.0,
+        idle_s: float = IDLE_S,
     ) -> None:
         self.url = url
         self.method = method
@@ -142,7 +142,7 @@ class AiohttpPool:
                         if sink(data, t):
                             resp.close()  # the rest is not read: the connection is not reused
                             break
-                    elif len(body_buf) < _MAX_ERROR_BODY or 200 <= resp.status < 300:
+                    elif len(body_buf) < MAX_ERROR_BODY or 200 <= resp.status < 300:
                         body_buf += data
                 response.t_end_ns = time.perf_counter_ns() if sink is None else t
         except aiohttp.ClientConnectorError as exc:

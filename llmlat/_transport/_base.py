@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 
 __all__ = [
     "CONNECT_FAILED",
+    "IDLE_S",
+    "MAX_ERROR_BODY",
     "BadResponse",
     "ConnectionFailed",
     "Decoder",
@@ -22,6 +24,10 @@ __all__ = [
 
 #: How the text of every failed connect (refused, TLS, DNS, ...) starts.
 CONNECT_FAILED = "cannot connect"
+#: Bytes kept of a non-2xx answer's body.
+MAX_ERROR_BODY = 64 * 1024
+#: Idle connections older than this are not reused (uvicorn-based servers close at 5 s).
+IDLE_S = 4.0
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # any control character but horizontal tab, and DEL: a CR or LF would inject headers

@@ -36,6 +36,8 @@ from urllib.parse import urlsplit
 import httptools
 
 from llmlat._transport._base import (
+    IDLE_S,
+    MAX_ERROR_BODY,
     BadResponse,
     ConnectionFailed,
     Decoder,
@@ -47,8 +49,6 @@ from llmlat._transport._base import (
 __all__ = ["Pool"]
 
 _MAX_HEAD = 64 * 1024  # bytes of a response head (status line and headers, 1xx heads included)
-_MAX_ERROR_BODY = 64 * 1024  # bytes kept of a non-2xx answer's body
-_IDLE_S = 4.0  # idle connections older than this are not reused (uvicorn closes at 5 s)
 _CONNECTS_AT_ONCE = 256  # most connections preconnect opens at a time
 # reads parsed per turn of the loop: a read that arrives while others are parsed waits at most
 # this many parses for its time stamp (~1.5 ms), not the parsing of a whole burst. Fewer cost
@@ -86,7 +86,7 @@ class Pool:
         headers: Mapping[str, str] | None = None,
         *,
         method: str = "POST",
-        idle_s: float = _IDLE_S,
+        idle_s: float = IDLE_S,
     ) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or ""
@@ -514,7 +514,7 @@ class _Connection(asyncio.Protocol):
                     data += self._decode.flush()
             if self._sink is None:
                 body, status = self._resp.body, self._resp.status
-                body += data if 200 <= status < 300 else data[: max(0, _MAX_ERROR_BODY - len(body))]
+                body += data if 200 <= status < 300 else data[: max(0, MAX_ERROR_BODY - len(body))]
             elif data and self._sink(data, self._t):
                 self._ended = True
         except BadResponse as exc:
