@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmlat._apis import API_NAMES, BodyResult, StreamParser, get_endpoint, make_payload
+from llmlat._ratelimit import read_limits
 from llmlat._redact import credential_header, forget, one_line, redact_url, remember
 from llmlat._transport import (
     CONNECT_FAILED,
@@ -549,8 +550,9 @@ class Client:
         else:
             status = resp.status
             kind = classify_status(status)
+            att.retry_after_s = _retry_after(resp.headers)
+            read_limits(resp.headers, att)  # what the provider declared, on every answer
             if kind is not None:
-                att.retry_after_s = _retry_after(resp.headers)
                 raw = bytes(resp.body)
                 error = f"HTTP {status}: {_error_message(raw)}" if raw else f"HTTP {status}"
                 att.error_kind = kind

@@ -78,7 +78,8 @@ def _trait(spec: OptionSpec) -> TraitType:
     elif spec.kind in (int, float):
         trait = number(None, allow_none=True)
     elif spec.kind is dict:
-        trait = Dict(value_trait=Unicode(), default_value=None, allow_none=True)
+        # values checked by the model (headers: text; slo: seconds, numbers or text)
+        trait = Dict(default_value=None, allow_none=True)
     else:
         trait = Unicode(None, allow_none=True)
     trait.help = spec.help

@@ -58,6 +58,17 @@ Definitions (per level; warmup rows are left out unless asked for):
   so the client, not the server, may have inflated the latencies. ``<NA>`` without a levels
   row. A sharded sweep has a levels row per shard: the busiest shard's CPU and lag count, so a
   level is flagged when any shard was busy.
+
+With an SLO (``slo={"ttft_s": ..., "itl_s": ..., "latency_s": ...}``, see
+:func:`llmlat.stats.meets_slo`: a failed request never meets it) six more columns follow
+(:data:`SLO_SUMMARY_COLUMNS`):
+
+- ``slo_attainment``: the share of the level's measured requests past the transient that met
+  every bound, with ``slo_attainment_low``/``_high``, a Wilson interval on the effective number
+  of requests (:func:`llmlat.stats.proportion_interval`: runs of misses count as fewer draws).
+- ``goodput_rps``: requests meeting the SLO completed per second, counted like
+  ``throughput_rps`` (same steady window), with ``goodput_low_rps``/``goodput_high_rps`` by
+  batch means over slices of the window (:func:`llmlat.stats.rate_interval`).
 """
 
 from __future__ import annotations
@@ -70,7 +81,14 @@ import pandas as pd
 
 from llmlat import stats as _stats
 
-__all__ = ["BRIEF_COLUMNS", "PERCENTILES", "SUMMARY_COLUMNS", "brief", "summarize"]
+__all__ = [
+    "BRIEF_COLUMNS",
+    "PERCENTILES",
+    "SLO_SUMMARY_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "brief",
+    "summarize",
+]
 
 #: Percentiles reported for latency, TTFT and ITL.
 PERCENTILES = (50, 90, 95, 99)
@@ -108,6 +126,16 @@ SUMMARY_COLUMNS: dict[str, str] = {
     "inflation": "float64",
     "client_bound": "boolean",
     "stopped_by": "string",
+}
+
+#: Columns :func:`summarize` appends when given an SLO (see the module docstring).
+SLO_SUMMARY_COLUMNS: dict[str, str] = {
+    "slo_attainment": "float64",
+    "slo_attainment_low": "float64",
+    "slo_attainment_high": "float64",
+    "goodput_rps": "float64",
+    "goodput_low_rps": "float64",
+    "goodput_high_rps": "float64",
 }
 
 # steady-state and client-bound thresholds (see the module docstring)
@@ -174,6 +202,7 @@ def summarize(
     levels: pd.DataFrame | None = None,
     *,
     phase: str | None = "measure",
+    slo: dict[str, float] | None = None,
 ) -> pd.DataFrame:
     """Summarize a tidy requests table: one row per level.
 
@@ -190,24 +219,32 @@ def summarize(
     phase : {"measure", "warmup"} or None, default "measure"
         Which rows to summarize (rows without a ``phase`` column count as measured);
         None takes every row.
+    slo : dict of str to float, optional
+        Bounds in seconds on ``ttft_s``, ``itl_s`` and ``latency_s``: adds the SLO attainment
+        and goodput columns (:data:`SLO_SUMMARY_COLUMNS`).
 
     Returns
     -------
     pandas.DataFrame
         One row per (``level_kind``, ``level``), sorted, with the columns of
-        :data:`SUMMARY_COLUMNS` (preceded by ``run_id`` when ``requests`` holds several runs).
-        The statistics are defined in the module docstring.
+        :data:`SUMMARY_COLUMNS` (preceded by ``run_id`` when ``requests`` holds several runs,
+        followed by :data:`SLO_SUMMARY_COLUMNS` with an SLO). The statistics are defined in
+        the module docstring.
 
     Raises
     ------
     ValueError
-        If ``requests`` has no ``level`` column or ``phase`` is not a known phase.
+        If ``requests`` has no ``level`` column, ``phase`` is not a known phase or ``slo`` is
+        not a valid SLO.
     """
     if "level" not in requests.columns:
         raise ValueError("requests: missing column 'level'")
     if phase is not None and phase not in _PHASES:
         raise ValueError(f"phase: expected one of {_PHASES} or None, got {phase!r}")
+    slo = _stats.check_slo(slo)
     requests = requests.assign(_phase=_stats.phases(requests))
+    if slo is not None:
+        requests = requests.assign(_meets=_stats.meets_slo(requests, slo))
     rows = requests
     if phase is not None:
         rows = requests[(requests["_phase"] == "warmup") == (phase == "warmup")]
@@ -223,10 +260,14 @@ def summarize(
         stats = _level_stats(frame, dict(zip(keys, key, strict=True)), whole, phase)
         stats["http_429"] = pd.NA if tried is None else tried.get(key, 0)
         stats.update(_client_stats(level_rows.get(key), _smallest_latency(frame, stats)))
+        if slo is not None:
+            stats.update(_slo_stats(frame, whole, stats, phase))
         out.append(stats)
     columns = dict(SUMMARY_COLUMNS)
     if "run_id" in keys:
         columns = {"run_id": "string", **columns}
+    if slo is not None:
+        columns.update(SLO_SUMMARY_COLUMNS)
     table = pd.DataFrame(out, columns=list(columns))
     return table.astype(columns)
 
@@ -387,6 +428,35 @@ def _level_stats(
     )
     stats["steady"] = _steady(start[done], end[done], latency[done], enough, population)
     return stats
+
+
+def _slo_stats(
+    frame: pd.DataFrame, every: pd.DataFrame, key: dict[str, Any], phase: str | None
+) -> dict[str, float]:
+    """SLO attainment and goodput of one level, with intervals (see the module docstring)."""
+    past = (frame["_phase"] != "transient").to_numpy(bool) | (phase is None)
+    start = _stats.row_times(frame)[0][past]
+    hits = frame["_meets"].to_numpy(bool)[past][np.argsort(start, kind="stable")]
+    batch = int(key["level"]) if key.get("level_kind") == "concurrency" else 1
+    share, low, high = _stats.proportion_interval(hits, min_batch=batch)
+    w_start, w_end = _stats.row_times(every)
+    measured = ((every["_phase"] == "warmup") == (phase == "warmup")).to_numpy(bool)
+    good, g_low, g_high = _stats.rate_interval(
+        w_start,
+        w_end,
+        _stats.ok_mask(every),
+        (every["_phase"] == "transient").to_numpy(bool),
+        measured | (phase is None),
+        every["_meets"].to_numpy(np.float64),
+    )
+    return {
+        "slo_attainment": share,
+        "slo_attainment_low": low,
+        "slo_attainment_high": high,
+        "goodput_rps": good,
+        "goodput_low_rps": g_low,
+        "goodput_high_rps": g_high,
+    }
 
 
 def _little(start: np.ndarray, end: np.ndarray, span: float) -> float:

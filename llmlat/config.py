@@ -282,6 +282,16 @@ class SweepConfig:
         60.0, "Cap on a server's Retry-After hint, seconds.", group="retry", kind=float
     )
     # -- run settings
+    slo: dict[str, float] | None = _option(  # noqa: RUF009 (a field)
+        None,
+        "Service-level objective: bounds in seconds on ttft_s, itl_s (mean inter-token "
+        "latency) and latency_s; each request gets meets_slo and the summary SLO attainment "
+        "and goodput (requests meeting it per second); on the command line 'ttft_s: 0.5', "
+        "repeatable.",
+        group="run",
+        kind=dict,
+        metavar="'KEY: SECONDS'",
+    )
     seed: int = _option(
         0, "Seed of every random choice (schedules, retry jitter).", group="run", kind=int
     )
@@ -350,6 +360,10 @@ class SweepConfig:
                 object.__setattr__(self, name, tuple(value))
         if self.headers is not None and isinstance(self.headers, dict):
             object.__setattr__(self, "headers", dict(self.headers))
+        if self.slo is not None:
+            from llmlat.stats import check_slo  # lazy: loads pandas
+
+            object.__setattr__(self, "slo", check_slo(self.slo))
         self.target()  # validates the target's fields
         self.retry_policy()
         self._check_run()

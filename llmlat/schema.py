@@ -86,6 +86,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "prompt_tokens": _I,
     "completion_tokens": _I,
     "cached_tokens": _I,
+    "meets_slo": "boolean",  # the sweep's slo= met (llmlat.stats.meets_slo); <NA> without one
 }
 
 #: Column name -> pandas dtype of the attempts table (one row per HTTP attempt).
@@ -103,6 +104,14 @@ ATTEMPT_COLUMNS: dict[str, str] = {
     "error_kind": _S,
     "error": _S,
     "retry_after_s": _F,
+    # what the provider declared on this answer (llmlat._ratelimit): its per-minute limits, the
+    # budget left after this request, and seconds until the budget is full again
+    "ratelimit_limit_requests": _I,
+    "ratelimit_remaining_requests": _I,
+    "ratelimit_reset_requests_s": _F,
+    "ratelimit_limit_tokens": _I,
+    "ratelimit_remaining_tokens": _I,
+    "ratelimit_reset_tokens_s": _F,
 }
 
 #: Column name -> pandas dtype of the levels table: one row per swept level, what the engine
@@ -168,6 +177,7 @@ class Record:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    meets_slo: bool | None = None
 
 
 @dataclass(slots=True)
@@ -175,7 +185,9 @@ class Attempt:
     """One HTTP attempt of a logical request (see :data:`ATTEMPT_COLUMNS`).
 
     ``connect_s`` is the TCP (and TLS) connect time of the attempt, NaN on a reused connection;
-    ``t_sent`` is taken after it.
+    ``t_sent`` is taken after it. ``retry_after_s`` and the ``ratelimit_*`` fields are what the
+    answer's headers said (``x-ratelimit-*``, ``anthropic-ratelimit-*``, ``retry-after``; see
+    :mod:`llmlat._ratelimit`), on every answered attempt, ``<NA>``/NaN when it said nothing.
     """
 
     run_id: str
@@ -191,6 +203,12 @@ class Attempt:
     error_kind: str | None = None
     error: str | None = None
     retry_after_s: float = _NAN
+    ratelimit_limit_requests: int | None = None
+    ratelimit_remaining_requests: int | None = None
+    ratelimit_reset_requests_s: float = _NAN
+    ratelimit_limit_tokens: int | None = None
+    ratelimit_remaining_tokens: int | None = None
+    ratelimit_reset_tokens_s: float = _NAN
 
 
 @dataclass(slots=True)

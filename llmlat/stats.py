@@ -36,6 +36,7 @@ Definitions (per level of one sweep):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -44,14 +45,19 @@ __all__ = [
     "CONFIDENCE",
     "MIN_WINDOW_SHARE",
     "QUANTILES",
+    "SLO_COLUMNS",
     "batch_means",
+    "check_slo",
     "column",
     "grows",
     "mean_interval",
+    "meets_slo",
     "mser5",
     "ok_mask",
     "phases",
+    "proportion_interval",
     "quantile_interval",
+    "rate_interval",
     "row_times",
     "steady_window",
     "throughput",
@@ -304,6 +310,26 @@ def steady_window(start: np.ndarray, end: np.ndarray, transient: np.ndarray) -> 
     return a, float(start[done].max())
 
 
+def _window(
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+    transient: np.ndarray,
+    measured: np.ndarray,
+) -> tuple[float, float, np.ndarray, bool]:
+    """The completions :func:`throughput` counts: ``(a, b, counted, windowed)``, b - a > 0."""
+    done = ok & np.isfinite(end)
+    a, b = steady_window(start[measured], end[measured], transient[measured])
+    if math.isnan(a):
+        return math.nan, math.nan, np.zeros(len(end), bool), False
+    inside = done & (end > a) & (end <= b)
+    if b > a and inside.sum() >= max(2, MIN_WINDOW_SHARE * (done & measured).sum()):
+        return a, b, inside, True
+    known = measured & np.isfinite(start) & np.isfinite(end)
+    a, b = float(start[known].min()), float(end[known].max())
+    return a, b, done & measured, False
+
+
 def throughput(
     start: np.ndarray,
     end: np.ndarray,
@@ -334,17 +360,174 @@ def throughput(
         the rate is over the whole span).
     """
     w = np.ones(len(start)) if weights is None else np.asarray(weights, dtype=np.float64)
-    done = ok & np.isfinite(end)
-    a, b = steady_window(start[measured], end[measured], transient[measured])
+    a, b, counted, windowed = _window(start, end, ok, transient, measured)
     if math.isnan(a):
         return math.nan, False
-    inside = done & (end > a) & (end <= b)
-    if b > a and inside.sum() >= max(2, MIN_WINDOW_SHARE * (done & measured).sum()):
-        return float(w[inside].sum()) / (b - a), True
-    done &= measured
-    known = measured & np.isfinite(start) & np.isfinite(end)
-    span = float(end[known].max() - start[known].min())
-    return (float(w[done].sum()) / span if span > 0 else math.nan), False
+    return (float(w[counted].sum()) / (b - a) if b > a else math.nan), windowed
+
+
+def rate_interval(
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+    transient: np.ndarray,
+    measured: np.ndarray,
+    weights: np.ndarray | None = None,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float]:
+    """:func:`throughput` with an interval: batch means over equal slices of its window.
+
+    The window is cut into up to 20 equal slices in time (at least about 10 completions
+    each); each slice's rate is one observation, and :func:`mean_interval` takes them in time
+    order (overlapping batch means once there are ten or more slices), so a rate that
+    wanders within the window widens the interval. The estimate is exactly
+    :func:`throughput`'s.
+
+    Parameters
+    ----------
+    start, end, ok, transient, measured, weights
+        As for :func:`throughput` (e.g. ``weights`` 1 for a request meeting an SLO, 0 for
+        one missing it: goodput).
+    confidence : float, default 0.95
+        Coverage of the interval.
+
+    Returns
+    -------
+    tuple of float
+        ``(rate, low, high)`` per second; the bounds are NaN with fewer than 2 slices' worth
+        of completions.
+    """
+    w = np.ones(len(start)) if weights is None else np.asarray(weights, dtype=np.float64)
+    a, b, counted, _ = _window(start, end, ok, transient, measured)
+    if math.isnan(a) or not b > a:
+        return math.nan, math.nan, math.nan
+    rate = float(w[counted].sum()) / (b - a)
+    k = int(min(_MAX_BATCHES, counted.sum() // (2 * _MIN_BATCH)))
+    if k < 2:
+        return rate, math.nan, math.nan
+    slot = np.minimum(((end[counted] - a) / (b - a) * k).astype(int), k - 1)
+    per_slice = np.bincount(slot, weights=w[counted], minlength=k) / ((b - a) / k)
+    _, low, high = mean_interval(per_slice, confidence)
+    return rate, max(0.0, low), high
+
+
+def proportion_interval(
+    hits: np.ndarray, confidence: float = CONFIDENCE, min_batch: int = 1
+) -> tuple[float, float, float]:
+    """A share of requests (e.g. meeting an SLO) with a Wilson interval on its effective n.
+
+    Consecutive requests share queue states, so their hits come in runs: the effective number
+    of requests is ``n`` over the variance inflation that :func:`batch_means` measures (at
+    least 1), and the Wilson score interval on it stays inside [0, 1] and is not zero-width
+    when every request hit (or none did).
+
+    Parameters
+    ----------
+    hits : numpy.ndarray
+        Boolean (or 0/1) per request, in request order.
+    confidence : float, default 0.95
+        Coverage of the interval.
+    min_batch : int, default 1
+        As for :func:`batch_means`.
+
+    Returns
+    -------
+    tuple of float
+        ``(share, low, high)``; all NaN without requests.
+    """
+    from scipy.stats import norm  # lazy: scipy is slow to import
+
+    x = np.asarray(hits, dtype=np.float64)
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    p = float(x.mean())
+    vif = 1.0
+    if n > 1 and 0 < p < 1:
+        se = batch_means(x, min_batch)[1]
+        vif = max(1.0, se**2 / (float(x.var(ddof=1)) / n))
+    m = n / vif
+    z = float(norm.ppf(0.5 + confidence / 2))
+    centre = (p + z * z / (2 * m)) / (1 + z * z / m)
+    half = z / (1 + z * z / m) * math.sqrt(p * (1 - p) / m + z * z / (4 * m * m))
+    return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+#: SLO keys (what ``slo=`` takes) -> the request column each bounds. ``itl_s`` bounds a
+#: request's mean inter-token latency (its time per output token while streaming).
+SLO_COLUMNS = {"ttft_s": "ttft_s", "itl_s": "itl_mean_s", "latency_s": "latency_s"}
+
+
+def check_slo(slo: Any, name: str = "slo") -> dict[str, float] | None:
+    """Validate an SLO: a dict of :data:`SLO_COLUMNS` keys to positive seconds.
+
+    Parameters
+    ----------
+    slo : dict or None
+        E.g. ``{"ttft_s": 0.5, "latency_s": 4}`` (numbers, or text that reads as one, as the
+        command line gives them).
+    name : str
+        The option's name, for the error.
+
+    Returns
+    -------
+    dict of str to float or None
+        The bounds as floats, in :data:`SLO_COLUMNS` order; None for None.
+
+    Raises
+    ------
+    ValueError
+        One line naming the option and the bad key or value.
+    """
+    if slo is None:
+        return None
+    keys = ", ".join(SLO_COLUMNS)
+    if not isinstance(slo, dict) or not slo:
+        raise ValueError(f"{name}: expected a dict of bounds in seconds with keys {keys}")
+    out = {}
+    for key, value in slo.items():
+        if key not in SLO_COLUMNS:
+            raise ValueError(f"{name}: unknown key {key!r} (expected {keys})")
+        try:
+            bound = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            bound = math.nan
+        if not (bound > 0 and math.isfinite(bound)):
+            raise ValueError(
+                f"{name}: {key}={value!r} is not allowed (a positive number of seconds)"
+            )
+        out[key] = bound
+    return {k: out[k] for k in SLO_COLUMNS if k in out}
+
+
+def meets_slo(requests: pd.DataFrame, slo: dict[str, float]) -> np.ndarray:
+    """Which requests met every bound of an SLO.
+
+    A failed request does not meet it. A bound on a time the request lacks fails it (a TTFT
+    needs a streamed answer), except ``itl_s`` on an answer of one chunk, which has no gap to
+    bound.
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        A requests table.
+    slo : dict of str to float
+        Validated bounds (:func:`check_slo`).
+
+    Returns
+    -------
+    numpy.ndarray
+        Boolean per row.
+    """
+    slo = check_slo(slo) or {}
+    met = ok_mask(requests).copy()
+    for key, bound in slo.items():
+        values = column(requests, SLO_COLUMNS[key])
+        within = values <= bound
+        if key == "itl_s":
+            within |= np.isnan(values) & (column(requests, "chunks") <= 1)
+        met &= within
+    return met
 
 
 def batch_means(values: np.ndarray, min_batch: int = 1) -> tuple[float, float, float]:

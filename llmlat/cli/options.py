@@ -205,8 +205,9 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         Option values by Python name.
     """
     values = {o.name: getattr(args, o.name) for o in option_specs() if hasattr(args, o.name)}
-    if values.get("headers") is not None and not isinstance(values["headers"], dict):
-        values["headers"] = dict(values["headers"])
+    for o in option_specs():  # 'Name: value' pairs (headers, slo) make a dict
+        if o.kind is dict and values.get(o.name) is not None:
+            values[o.name] = dict(values[o.name])
     return values
 
 

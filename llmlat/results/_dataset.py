@@ -66,6 +66,7 @@ from llmlat.schema import (
     Record,
     coerce,
 )
+from llmlat.stats import check_slo, meets_slo
 
 __all__ = ["DatasetWriter", "SweepResult", "read", "recover"]
 
@@ -263,6 +264,15 @@ class SweepResult:
         self.requests = _scrub_errors(_table(requests, "requests"), secrets)
         self.attempts = _scrub_errors(_table(attempts, "attempts"), secrets)
         self.levels = _table(levels, "levels")
+        if self.slo is not None:  # derived, so a dataset read back agrees with its SLO
+            met = meets_slo(self.requests, self.slo)
+            self.requests["meets_slo"] = pd.array(met, dtype="boolean")
+
+    @property
+    def slo(self) -> dict[str, float] | None:
+        """The sweep's SLO (``slo=`` option, from ``meta["load"]``), or None."""
+        load = self.meta.get("load")
+        return check_slo(load.get("slo")) if isinstance(load, dict) else None
 
     # ------------------------------------------------------------ properties
 
@@ -285,13 +295,18 @@ class SweepResult:
 
     # ------------------------------------------------------------ analysis
 
-    def summary(self, phase: str | None = "measure") -> pd.DataFrame:
+    def summary(
+        self, phase: str | None = "measure", slo: dict[str, float] | None = None
+    ) -> pd.DataFrame:
         """One row per level: counts, rates, throughput, latency/TTFT/ITL percentiles, checks.
 
         Parameters
         ----------
         phase : {"measure", "warmup"} or None, default "measure"
             Which rows to summarize; None takes warmup and measured rows together.
+        slo : dict of str to float, optional
+            Bounds on ``ttft_s``, ``itl_s``, ``latency_s`` (default: the sweep's ``slo=``):
+            adds SLO attainment and goodput, with intervals.
 
         Returns
         -------
@@ -299,7 +314,8 @@ class SweepResult:
             See :func:`llmlat._summary.summarize` for every column and its definition
             (including the ``steady`` and ``client_bound`` rules).
         """
-        return summarize(self.requests, self.attempts, self.levels, phase=phase)
+        slo = self.slo if slo is None else slo
+        return summarize(self.requests, self.attempts, self.levels, phase=phase, slo=slo)
 
     def plot(self, kind: str = "latency", **kwargs: Any) -> Any:
         """Draw a figure of this sweep with ``llmlat.plot.<kind>(self, **kwargs)``.

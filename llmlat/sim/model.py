@@ -20,6 +20,7 @@ import random
 import time
 from collections import OrderedDict, deque
 from dataclasses import astuple, dataclass
+from datetime import UTC, datetime
 from operator import attrgetter
 
 import numpy as np
@@ -36,6 +37,7 @@ __all__ = [
     "TokenBucket",
     "TruthRow",
     "format_duration",
+    "format_time",
     "truth_frame",
 ]
 
@@ -590,8 +592,19 @@ class Replica:
                 worst = Refusal("rate_limited", wait, limit)
         return worst
 
-    def limit_headers(self) -> dict[str, str]:
-        """Return the current ``x-ratelimit-*`` headers of the configured buckets.
+    def limit_headers(self, api: str = "openai-chat") -> dict[str, str]:
+        """Return the current rate-limit headers of the configured buckets, as the API sends them.
+
+        OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` (the reset a duration
+        like ``"6m0s"``), or for ``anthropic-messages`` Anthropic's
+        ``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`` (the reset an RFC 3339
+        time). Remaining is what the bucket holds after this request was admitted; reset is
+        when the bucket is full again.
+
+        Parameters
+        ----------
+        api : str
+            The endpoint's API.
 
         Returns
         -------
@@ -599,12 +612,26 @@ class Replica:
         """
         headers = {}
         now = self.loop.time()
+        anthropic = api == "anthropic-messages"
+        wall = time.time()
         for bucket, kind in ((self.rpm, "requests"), (self.tpm, "tokens")):
-            if bucket is not None:
-                bucket.refill(now)
-                headers[f"x-ratelimit-limit-{kind}"] = str(int(bucket.capacity))
-                headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, int(bucket.level)))
-                headers[f"x-ratelimit-reset-{kind}"] = format_duration(bucket.reset_s())
+            if bucket is None:
+                continue
+            bucket.refill(now)
+            values = {
+                "limit": str(int(bucket.capacity)),
+                "remaining": str(max(0, int(bucket.level))),
+                "reset": format_time(wall + bucket.reset_s())
+                if anthropic
+                else format_duration(bucket.reset_s()),
+            }
+            for which, value in values.items():
+                name = (
+                    f"anthropic-ratelimit-{kind}-{which}"
+                    if anthropic
+                    else f"x-ratelimit-{which}-{kind}"
+                )
+                headers[name] = value
         return headers
 
     # -- prefix cache ----------------------------------------------------------------------
@@ -681,6 +708,24 @@ class Replica:
             See :func:`truth_frame`.
         """
         return truth_frame(list(self.rows))
+
+
+def format_time(epoch_s: float) -> str:
+    """Format a wall-clock time as RFC 3339 in UTC, like Anthropic's ``*-reset`` headers.
+
+    Parameters
+    ----------
+    epoch_s : float
+        Seconds since the epoch.
+
+    Returns
+    -------
+    str
+        E.g. ``"2026-11-30T20:01:02.345Z"`` (milliseconds kept: the simulator's buckets refill
+        within a second).
+    """
+    when = datetime.fromtimestamp(epoch_s, UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
 def format_duration(seconds: float) -> str:

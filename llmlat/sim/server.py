@@ -86,7 +86,7 @@ class _Api:
             else:
                 creating = parsed.cache_tokens if self.api == "anthropic-messages" else 0
         admitted = replica.admit(row, parsed.prompt_tokens, cached, parsed.max_tokens)
-        headers = replica.limit_headers()
+        headers = replica.limit_headers(self.api)
         headers["x-request-id"] = f"req_llmlat{row.request_id}"
         if isinstance(admitted, Refusal):
             return self._refuse(row, admitted, headers)
