@@ -30,7 +30,7 @@ _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
 def parse_count(value: str) -> int | None:
-    """A limit or remaining budget: a non-negative integer (``"1000"``), else None.
+    """Read a limit or remaining budget: a non-negative integer (``"1000"``), else None.
 
     Parameters
     ----------

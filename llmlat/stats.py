@@ -317,7 +317,7 @@ def _window(
     transient: np.ndarray,
     measured: np.ndarray,
 ) -> tuple[float, float, np.ndarray, bool]:
-    """The completions :func:`throughput` counts: ``(a, b, counted, windowed)``, b - a > 0."""
+    """Return the completions :func:`throughput` counts: ``(a, b, counted, windowed)``."""
     done = ok & np.isfinite(end)
     a, b = steady_window(start[measured], end[measured], transient[measured])
     if math.isnan(a):
@@ -414,7 +414,7 @@ def rate_interval(
 def proportion_interval(
     hits: np.ndarray, confidence: float = CONFIDENCE, min_batch: int = 1
 ) -> tuple[float, float, float]:
-    """A share of requests (e.g. meeting an SLO) with a Wilson interval on its effective n.
+    """Return a share of requests (e.g. meeting an SLO) with a Wilson interval on its n.
 
     Consecutive requests share queue states, so their hits come in runs: the effective number
     of requests is ``n`` over the variance inflation that :func:`batch_means` measures (at
