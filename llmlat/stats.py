@@ -380,7 +380,8 @@ def rate_interval(
     The window is cut into up to 20 equal slices in time (at least about 10 completions
     each); each slice's rate is one observation, and :func:`mean_interval` takes them in time
     order (overlapping batch means once there are ten or more slices), so a rate that
-    wanders within the window widens the interval. The estimate is exactly
+    wanders within the window widens the interval. A count (no weights, or 0/1 weights) gets
+    at least the exact Poisson interval of its total. The estimate is exactly
     :func:`throughput`'s.
 
     Parameters
@@ -408,6 +409,15 @@ def rate_interval(
     slot = np.minimum(((end[counted] - a) / (b - a) * k).astype(int), k - 1)
     per_slice = np.bincount(slot, weights=w[counted], minlength=k) / ((b - a) / k)
     _, low, high = mean_interval(per_slice, confidence)
+    if weights is None or np.isin(w, (0.0, 1.0)).all():
+        # never narrower than a Poisson count's exact interval: slices that all saw the same
+        # count (none, say) would make the batch-means one zero-width
+        from scipy.stats import chi2  # lazy: scipy is slow to import
+
+        count, alpha = float(w[counted].sum()), 1.0 - confidence
+        p_low = chi2.ppf(alpha / 2, 2 * count) / 2 if count else 0.0
+        p_high = chi2.ppf(1 - alpha / 2, 2 * count + 2) / 2
+        low, high = min(low, p_low / (b - a)), max(high, p_high / (b - a))
     return rate, max(0.0, low), high
 
 

@@ -152,8 +152,9 @@ class Plan:
     concurrency : int or None
         The recommended concurrency: the smallest of the concurrency bounds (None: no bound).
     binding : str
-        Which bound sets ``rate_rps``: ``"latency target"``, ``"rpm limit"``, ``"tpm limit"``
-        or ``"utilization cap"`` (``"none"`` when the target is infeasible).
+        Which bound sets ``rate_rps``: ``"latency target"``, ``"rpm limit"``, ``"tpm limit"``,
+        ``"utilization cap"`` or ``"slo attainment"`` (``"none"`` when the target is
+        infeasible).
     capacity_rps : float
         The fitted capacity (point estimate).
     nearest_target_s : float
@@ -248,3 +249,136 @@ class Plan:
         table = self.to_frame(text=True).to_string()
         checked = f"\n{self.check.describe()}" if self.check is not None else ""
         return f"Plan({self.target or 'limits only'})\n{table}{checked}"
+
+
+# ---------------------------------------------------------------- provider limits, SLO target
+
+#: plan option -> the attempts column holding what the provider declared for it
+_DECLARED = {"rpm": "ratelimit_limit_requests", "tpm": "ratelimit_limit_tokens"}
+
+
+def declared_limit(name: str, data: Any) -> float:
+    """Return the per-minute limit the provider declared in its headers (``rpm="auto"``).
+
+    The last value recorded (by the attempt's end): a provider that changes a limit mid-run
+    is planned against its latest word.
+
+    Parameters
+    ----------
+    name : {"rpm", "tpm"}
+        Which limit.
+    data : SweepResult
+        The fitted data, with its attempts table.
+
+    Returns
+    -------
+    float
+        Requests (or tokens) per minute.
+
+    Raises
+    ------
+    ValueError
+        One line naming the option, when no attempt recorded the header.
+    """
+    column = _DECLARED[name]
+    attempts = getattr(data, "attempts", None)
+    values = pd.Series(dtype="float64")
+    if isinstance(attempts, pd.DataFrame) and column in attempts:
+        order = attempts["t_end"] if "t_end" in attempts else pd.RangeIndex(len(attempts))
+        values = attempts[column].astype("Float64").set_axis(np.asarray(order)).sort_index()
+        values = values.dropna()
+    if not len(values):
+        kind = (name[:1] == "r" and "requests") or "tokens"
+        raise ValueError(
+            f"{name}: 'auto' needs the limit the provider declares (x-ratelimit-limit-{kind} or "
+            f"anthropic-ratelimit-{kind}-limit headers), and no attempt in the data recorded "
+            f"one; pass {name}=<per minute>"
+        )
+    return float(values.iloc[-1])
+
+
+def attainment_bound(
+    data: Any, kind: str, slo: dict[str, float] | None, target: float
+) -> tuple[float, int | None, bool, str]:
+    """Return the highest measured load whose SLO attainment meets a target (low end).
+
+    Levels are taken in order of load; the bound is the last one before the first level
+    whose attainment's lower bound (:func:`llmlat.stats.proportion_interval`) falls under the
+    target, so a level whose estimate meets it but whose interval does not counts as not
+    shown to meet it (and the note says to measure it longer).
+
+    Parameters
+    ----------
+    data : SweepResult or pandas.DataFrame
+        Per-request data (a per-level table has no attainment).
+    kind : {"concurrency", "rate"}
+        The sweep's kind.
+    slo : dict of str to float or None
+        The SLO (default: the sweep's ``slo=``).
+    target : float
+        The share of requests that must meet it, in (0, 1].
+
+    Returns
+    -------
+    tuple
+        ``(rate_rps, concurrency, feasible, note)``: the open-loop rate bound (the level, or
+        a closed level's measured throughput), the closed-loop bound (None for an open sweep),
+        whether any measured load meets it, and what the data said.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``slo`` or ``slo_attainment``.
+    """
+    from llmlat._summary import summarize
+    from llmlat.stats import check_slo
+
+    if not 0 < target <= 1:
+        raise ValueError("slo_attainment: must be in (0, 1]")
+    slo = check_slo(slo) if slo is not None else getattr(data, "slo", None)
+    if slo is None:
+        raise ValueError("slo: slo_attainment needs an SLO: pass slo={...} or sweep with slo=")
+    if hasattr(data, "summary"):
+        table = data.summary(slo=slo)
+    elif isinstance(data, pd.DataFrame) and "request_id" in data:
+        table = summarize(data, slo=slo)
+    else:
+        raise ValueError("slo_attainment: needs per-request data (a SweepResult or requests table)")
+    table = table[table["n"] > 0].sort_values("level")
+    shown = " <= ".join(f"{k} {v:g} s" for k, v in slo.items())
+    goal = f"{target:.0%} of requests meet {shown}"
+    met = table["slo_attainment_low"].to_numpy(float) >= target
+    n_ok = int(np.argmin(met)) if not met.all() else len(met)
+    notes = []
+
+    def said(row: pd.Series) -> str:
+        return (
+            f"level {row['level']:g} attains {row['slo_attainment']:.1%} "
+            f"[{row['slo_attainment_low']:.1%}, {row['slo_attainment_high']:.1%}]"
+        )
+
+    if n_ok < len(table):
+        first = table.iloc[n_ok]
+        notes.append(said(first))
+        if first["slo_attainment"] >= target:
+            notes[-1] += (
+                ": the estimate meets the target but the interval reaches below it; measure "
+                "it longer (requests=...) to tell"
+            )
+    if n_ok == 0:
+        return math.nan, None, False, f"no measured load shown to have {goal}: " + notes[0]
+    best = table.iloc[n_ok - 1]
+    if n_ok == len(table):
+        notes.append("every measured level meets it: measure higher loads to find where it stops")
+    good = table.loc[table["goodput_rps"].idxmax()]
+    notes.append(
+        f"most goodput measured {good['goodput_rps']:.3g} req/s "
+        f"[{good['goodput_low_rps']:.3g}, {good['goodput_high_rps']:.3g}] at level "
+        f"{good['level']:g}"
+    )
+    level = float(best["level"])
+    if kind == "concurrency":
+        rate, n = float(best["throughput_rps"]), int(level)
+    else:
+        rate, n = level, None
+    return rate, n, True, f"{goal} up to level {level:g} ({said(best)}); " + "; ".join(notes)

@@ -13,7 +13,7 @@ from statsmodels.iolib.summary2 import Summary
 from llmlat._aggregate import QUANTILES, resample
 from llmlat._models import Model
 from llmlat.fitting._estimate import _Estimate, _estimate, _Problem
-from llmlat.fitting._plan import Plan, _min_or_none
+from llmlat.fitting._plan import Plan, _min_or_none, attainment_bound, declared_limit
 
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
 _WIDEST = 100.0
@@ -453,10 +453,12 @@ class FitResult:
         p95: float | None = None,
         p99: float | None = None,
         mean: float | None = None,
-        rpm: float | None = None,
-        tpm: float | None = None,
+        rpm: float | str | None = None,
+        tpm: float | str | None = None,
         tokens_per_request: float | None = None,
         max_utilization: float | None = None,
+        slo_attainment: float | None = None,
+        slo: dict[str, float] | None = None,
     ) -> Plan:
         """Find the largest load that keeps a latency statistic under a target.
 
@@ -468,14 +470,21 @@ class FitResult:
         ----------
         p50, p95, p99, mean : float, optional
             The target in seconds for one statistic of the fitted metric (give at most one).
-        rpm : float, optional
-            Requests-per-minute limit of the provider.
-        tpm : float, optional
-            Tokens-per-minute limit (needs ``tokens_per_request`` or token counts in the data).
+        rpm : float or "auto", optional
+            Requests-per-minute limit of the provider; ``"auto"``: the limit it declared in its
+            rate-limit headers, as recorded in the data's attempts.
+        tpm : float or "auto", optional
+            Tokens-per-minute limit (needs ``tokens_per_request`` or token counts in the data);
+            ``"auto"`` as for ``rpm``.
         tokens_per_request : float, optional
             Tokens one request counts against ``tpm`` (default: mean prompt + completion).
         max_utilization : float, optional
             Keep the rate under this share of capacity, e.g. 0.7 ("lambda under 70% of c mu").
+        slo_attainment : float, optional
+            Share of requests that must meet the SLO, e.g. 0.95: bounds the load by the highest
+            measured level whose attainment interval stays above it (bound "slo attainment").
+        slo : dict of str to float, optional
+            The SLO for ``slo_attainment`` (default: the sweep's ``slo=``).
 
         Returns
         -------
@@ -488,11 +497,21 @@ class FitResult:
         targets = {k: float(v) for k, v in asked.items() if v is not None}
         if len(targets) > 1:
             raise ValueError(f"target: give one of p50/p95/p99/mean, got {sorted(targets)}")
-        if not targets and rpm is None and tpm is None and max_utilization is None:
-            raise ValueError("target: give p95=..., mean=..., rpm=..., tpm=... or max_utilization")
+        if not targets and rpm is tpm is max_utilization is slo_attainment is None:
+            raise ValueError(
+                "target: give p95=..., mean=..., rpm=..., tpm=..., max_utilization or "
+                "slo_attainment"
+            )
+        declared = []
+        if rpm == "auto":
+            rpm = declared_limit("rpm", self.data)
+            declared.append(f"rpm {rpm:g}")
+        if tpm == "auto":
+            tpm = declared_limit("tpm", self.data)
+            declared.append(f"tpm {tpm:g}")
         for name, v in {**targets, "rpm": rpm, "tpm": tpm}.items():
-            if v is not None and not v > 0:
-                raise ValueError(f"{name}: must be positive")
+            if v is not None and (isinstance(v, str) or not v > 0):
+                raise ValueError(f"{name}: must be positive (or 'auto' for rpm and tpm)")
         if max_utilization is not None and not 0 < max_utilization <= 1:
             raise ValueError("max_utilization: must be in (0, 1]")
         cap = self.capacity_rps
@@ -514,6 +533,14 @@ class FitResult:
         limit = min(limits.values(), default=np.inf)
         ucap = cap_low * max_utilization if max_utilization is not None else np.inf
         target, notes = "", ["bounds on the conservative end of the 95% intervals"]
+        if declared:
+            notes.append(f"{' and '.join(declared)} as the provider declared (rate-limit headers)")
+        slo_rate, slo_n, slo_ok = np.inf, None, True
+        if slo_attainment is not None:
+            slo_rate, slo_n, slo_ok, said = attainment_bound(
+                self.data, self.kind, slo, slo_attainment
+            )
+            notes.append(said)
         stat, value = "", np.nan
         max_rate, max_n, nearest, feasible = cap_low, None, np.nan, True
         if targets:
@@ -546,7 +573,14 @@ class FitResult:
             if np.isfinite(limit)
             else None
         )
+        if slo_attainment is not None:
+            wanted = f"slo attainment >= {slo_attainment:.0%}"
+            target = f"{target}; {wanted}" if target else wanted
+        if not slo_ok and feasible:
+            feasible, max_rate, max_n = False, np.nan, None
+            notes.insert(0, notes.pop())
         bounds = {"latency target": max_rate, **limits, "utilization cap": ucap}
+        bounds["slo attainment"] = slo_rate
         if not feasible:
             binding, rate = "none", np.nan
         else:
@@ -554,7 +588,7 @@ class FitResult:
             rate = bounds[binding]
             if not np.isfinite(rate):  # only limits that bind nothing
                 binding, rate = "capacity", cap_low
-        conc = [max_n, limit_n]
+        conc = [max_n, limit_n, slo_n]
         if np.isfinite(ucap):
             conc.append(_min_or_none(self._max_concurrency_for_rate(p, ucap) for p in worst))
         n_rec = _min_or_none(conc) if feasible else None
