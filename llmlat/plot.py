@@ -1,4 +1,4 @@
-"""Seaborn figures of a sweep: latency, utilization, throughput, ECDF, errors, and an overview.
+"""Seaborn figures of a sweep: latency, utilization, throughput, ECDF, errors, limits, overview.
 
 Each function takes a :class:`~llmlat.results.SweepResult` or a requests table with the columns of
 :data:`llmlat.schema.REQUEST_COLUMNS`, draws on ``ax`` (or on a new figure) and returns the
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     Data: TypeAlias = SweepResult | pd.DataFrame
 
-__all__ = ["ecdf", "errors", "latency", "overview", "throughput", "utilization"]
+__all__ = ["ecdf", "errors", "latency", "limits", "overview", "throughput", "utilization"]
 
 #: Confidence of the error bars drawn around observed percentiles.
 CI_LEVEL = _st.CONFIDENCE
@@ -894,6 +894,77 @@ def errors(data: Data, ax: Axes | None = None) -> Figure:
     ax.set_ylabel("share")
     ax.set_title("Errors vs load")
     ax.legend(loc="upper right" if sweep.per_level else "upper left", fontsize="small")
+    return _figure_of(ax)
+
+
+def limits(data: Data, ax: Axes | None = None) -> Figure:
+    """Plot the rate-limit budget the provider declared left, over the run.
+
+    Each answered attempt that carried rate-limit headers (``x-ratelimit-*`` or
+    ``anthropic-ratelimit-*``, recorded in the attempts table) is a point: the requests and
+    tokens remaining as a share of the declared per-minute limit, at the time the answer came.
+    Attempts answered 429 are marked along the bottom, and each level's start is a dotted line.
+
+    Parameters
+    ----------
+    data : SweepResult
+        A sweep with its attempts table.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; a new figure when omitted.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure holding the plot.
+
+    Raises
+    ------
+    ValueError
+        Without an attempts table, or when no attempt recorded a limit (the provider sent no
+        rate-limit headers).
+    """
+    attempts = getattr(data, "attempts", None)
+    if not isinstance(attempts, pd.DataFrame):
+        raise ValueError("data: expected a SweepResult (the limits are in its attempts table)")
+    ax = _axes(ax)
+    palette = sns.color_palette()
+    drawn = False
+    for i, kind in enumerate(("requests", "tokens")):
+        limit = _st.column(attempts, f"ratelimit_limit_{kind}")
+        left = _st.column(attempts, f"ratelimit_remaining_{kind}")
+        known = np.isfinite(limit) & np.isfinite(left) & (limit > 0)
+        if not known.any():
+            continue
+        drawn = True
+        t = _st.column(attempts, "t_end")[known]
+        order = np.argsort(t)
+        share = (left[known] / limit[known])[order]
+        label = f"{kind} left (limit {limit[known][order][-1]:g}/min)"
+        ax.plot(t[order], share, ".-", ms=3, lw=0.8, color=palette[i], label=label)
+    if not drawn:
+        raise ValueError(
+            "data: no attempt recorded rate-limit headers (x-ratelimit-* or "
+            "anthropic-ratelimit-*): the provider declared no limits"
+        )
+    refused = _st.column(attempts, "status") == 429
+    if refused.any():
+        t = _st.column(attempts, "t_end")[refused]
+        ax.plot(t, np.zeros(len(t)), "x", color=palette[3], ms=5, label="429 answers")
+    levels = getattr(data, "levels", None)
+    if isinstance(levels, pd.DataFrame) and len(levels):
+        for start, level in zip(_st.column(levels, "t_start"), levels["level"], strict=True):
+            if np.isfinite(start):
+                ax.axvline(start, color="0.6", ls=":", lw=0.8)
+                ax.annotate(
+                    f"{level:g}", (start, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(2, -10), textcoords="offset points", fontsize="x-small", color="0.4",
+                )  # fmt: skip
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(-0.05, 1.08)
+    ax.set_xlabel("time since the run started (s)")
+    ax.set_ylabel("budget left (share of the declared limit)")
+    ax.set_title("Provider rate limits over the run")
+    ax.legend(loc="lower left", fontsize="small")
     return _figure_of(ax)
 
 
