@@ -1,0 +1,159 @@
+"""Provider limits as data (issue 14, item 3): rate-limit headers of every attempt, tidy.
+
+The simulator declares its RPM/TPM buckets the way OpenAI (``x-ratelimit-*``, resets as
+durations) and Anthropic (``anthropic-ratelimit-*``, resets as RFC 3339 times) do; the client
+records them on every answered attempt; ``plan(rpm="auto")`` plans against them and
+``plot.limits`` draws the budget left.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+import llmlat
+from llmlat._ratelimit import parse_count, parse_reset_s, read_limits
+from llmlat._redact import forget, remember
+from llmlat.schema import Attempt
+
+pytestmark = pytest.mark.timeout(120)
+
+RPM, TPM = 1200, 60_000
+SIM = {
+    "t0_s": 0.002,
+    "t1_s": 0.0005,
+    "prefill_per_token_s": 0.0,
+    "output_tokens": 4,
+    "output_dist": "fixed",
+    "rpm": RPM,
+    "tpm": TPM,
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("6m0s", 360.0),
+        ("1s", 1.0),
+        ("20ms", 0.02),
+        ("1.5s", 1.5),
+        ("1h2m3s", 3723.0),
+        ("2m30.5s", 150.5),
+        ("0.25", 0.25),  # a gateway's plain seconds
+        ("2026-11-30T20:00:10Z", 10.0),
+        ("2026-11-30T20:00:02.5+00:00", 2.5),
+        ("2026-11-30T19:59:00Z", 0.0),  # already past
+    ],
+)
+def test_reset_values_become_seconds(text, seconds):
+    now = datetime(2026, 11, 30, 20, 0, 0, tzinfo=UTC).timestamp()
+    assert parse_reset_s(text, now) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["soon", "6x", "1s2", "", "2026-11-30T20:00:10", "-1s", "nan"])
+def test_a_reset_that_is_no_duration_or_time_is_nan(text):
+    assert math.isnan(parse_reset_s(text, 0.0))
+
+
+def test_counts_and_the_redactor():
+    assert parse_count("1000") == 1000 and parse_count("12.0") == 12
+    assert parse_count("-3") is None and parse_count("many") is None
+    secret = "sk-live-abcdefghijklmnop"
+    held = remember([secret])
+    try:
+        att = Attempt("r", 1.0, 0, 1)
+        headers = {
+            "x-ratelimit-limit-requests": "500",
+            "x-ratelimit-remaining-requests": secret,  # a server echoing the key: masked, NA
+            "x-ratelimit-reset-tokens": "6m0s",
+            "content-type": "application/json",
+        }
+        read_limits(headers, att)
+    finally:
+        forget(held)
+    assert att.ratelimit_limit_requests == 500
+    assert att.ratelimit_remaining_requests is None
+    assert att.ratelimit_reset_tokens_s == 360.0
+    assert att.ratelimit_limit_tokens is None and math.isnan(att.ratelimit_reset_requests_s)
+
+
+@pytest.fixture(scope="module", params=["openai-chat", "anthropic-messages"])
+def limited(request):
+    return llmlat.sweep(
+        concurrency=[1, 2, 4, 8],
+        requests=20,
+        api=request.param,
+        simulator=SIM,
+        simulator_process=False,
+        max_tokens=4,
+        progress=False,
+    )
+
+
+def test_every_answered_attempt_records_the_declared_limits(limited):
+    att = limited.attempts
+    assert len(att) >= 60 and (att["status"] == 200).all()
+    assert (att["ratelimit_limit_requests"] == RPM).all()
+    assert (att["ratelimit_limit_tokens"] == TPM).all()
+    left = att.sort_values("t_end")["ratelimit_remaining_requests"].to_numpy(float)
+    assert (left <= RPM - 1).all()  # what is left after this request was admitted
+    # the budget runs down: far faster sent than refilled (80 requests in ~1 s, 20/s refill)
+    assert left[-1] < left[0] - 30
+    # the reset is when the bucket is full again: what is missing over the refill rate, seconds
+    # (Anthropic's RFC 3339 time to the millisecond, OpenAI's duration to 3 digits)
+    for kind, limit in (("requests", RPM), ("tokens", TPM)):
+        missing = limit - att[f"ratelimit_remaining_{kind}"].to_numpy(float)
+        expected = missing / (limit / 60.0)
+        reset = att[f"ratelimit_reset_{kind}_s"].to_numpy(float)
+        assert np.isfinite(reset).all()
+        # a bucket's remaining is floored to whole units: up to one unit's refill later; the
+        # RFC 3339 reset is read against this clock a little after it was written
+        np.testing.assert_allclose(reset, expected, rtol=0.01, atol=60.0 / limit + 0.05)
+
+
+def test_plan_auto_uses_the_declared_limits_and_says_so(limited):
+    fit = llmlat.fit(limited)
+    plan = fit.plan(rpm="auto", tpm="auto")
+    assert plan.limit_rate_rps == pytest.approx(
+        min(RPM / 60.0, TPM / 60.0 / float(np.nanmean(_tokens(limited))))
+    )
+    assert "as the provider declared" in plan.note
+    assert fit.plan(rpm="auto").limit_rate_rps == pytest.approx(RPM / 60.0)
+
+
+def _tokens(result):
+    ok = result.requests[result.requests["ok"]]
+    return (ok["prompt_tokens"] + ok["completion_tokens"]).to_numpy(float)
+
+
+def test_limits_plot_and_the_errors_without_headers(limited):
+    fig = llmlat.plot.limits(limited)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == [f"requests left (limit {RPM}/min)", f"tokens left (limit {TPM}/min)"]
+    plain = llmlat.SweepResult(limited.requests, limited.attempts.iloc[:, :13], limited.levels)
+    with pytest.raises(ValueError, match=r"^data: no attempt recorded rate-limit headers"):
+        llmlat.plot.limits(plain)
+    fit = llmlat.fit(plain)
+    with pytest.raises(ValueError, match=r"^rpm: 'auto' needs the limit the provider declares"):
+        fit.plan(rpm="auto")
+
+
+def test_refusals_carry_retry_after_and_an_empty_budget():
+    result = llmlat.sweep(
+        concurrency=4,
+        requests=20,
+        simulator={**SIM, "rpm": 6},  # 6 in the bucket, one more every 10 s
+        simulator_process=False,
+        retries=0,
+        progress=False,
+    )
+    att = result.attempts
+    refused = att[att["status"] == 429]
+    assert len(refused) >= 10
+    assert (refused["retry_after_s"] > 0).all()
+    assert (refused["ratelimit_remaining_requests"] == 0).all()
+    assert (refused["ratelimit_reset_requests_s"] > 50).all()  # ~6 requests' refill: 60 s
+    assert att.loc[att["status"] == 200, "retry_after_s"].isna().all()
