@@ -917,11 +917,13 @@ def limits(data: Data, ax: Axes | None = None) -> Figure:
     matplotlib.figure.Figure
         The figure holding the plot.
 
+        When no attempt recorded a limit (the provider sent no rate-limit headers), the panel
+        says so instead.
+
     Raises
     ------
     ValueError
-        Without an attempts table, or when no attempt recorded a limit (the provider sent no
-        rate-limit headers).
+        Without an attempts table.
     """
     attempts = getattr(data, "attempts", None)
     if not isinstance(attempts, pd.DataFrame):
@@ -942,10 +944,13 @@ def limits(data: Data, ax: Axes | None = None) -> Figure:
         label = f"{kind} left (limit {limit[known][order][-1]:g}/min)"
         ax.plot(t[order], share, ".-", ms=3, lw=0.8, color=palette[i], label=label)
     if not drawn:
-        raise ValueError(
-            "data: no attempt recorded rate-limit headers (x-ratelimit-* or "
-            "anthropic-ratelimit-*): the provider declared no limits"
-        )
+        ax.set_axis_off()
+        ax.set_title("Provider rate limits over the run")
+        ax.text(
+            0.5, 0.5, "no rate-limit headers recorded:\nthe provider declared no limits",
+            transform=ax.transAxes, ha="center", va="center", color="0.35",
+        )  # fmt: skip
+        return _figure_of(ax)
     refused = _st.column(attempts, "status") == 429
     if refused.any():
         t = _st.column(attempts, "t_end")[refused]

@@ -460,7 +460,9 @@ def proportion_interval(
     z = float(norm.ppf(0.5 + confidence / 2))
     centre = (p + z * z / (2 * m)) / (1 + z * z / m)
     half = z / (1 + z * z / m) * math.sqrt(p * (1 - p) / m + z * z / (4 * m * m))
-    return p, max(0.0, centre - half), min(1.0, centre + half)
+    # exact at the edges (the score interval's bound there is 0 or 1, up to rounding)
+    low = 0.0 if p == 0 else max(0.0, centre - half)
+    return p, low, 1.0 if p == 1 else min(1.0, centre + half)
 
 
 #: SLO keys (what ``slo=`` takes) -> the request column each bounds. ``itl_s`` bounds a
