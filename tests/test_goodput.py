@@ -151,8 +151,10 @@ def test_plan_for_an_attainment_target(swept):
     fit = llmlat.fit(swept)
     table = swept.summary().set_index("level")
     plan = fit.plan(slo_attainment=0.9)
-    passing = table.index[table["slo_attainment_low"] >= 0.9]
-    top = max(v for v in passing if all(table.loc[:v, "slo_attainment_low"] >= 0.9))
+    # up to the first level whose estimate misses; the highest there shown to meet it
+    below = table.index[table["slo_attainment"] < 0.9]
+    upto = table[table.index < below.min()] if len(below) else table
+    top = upto.index[upto["slo_attainment_low"] >= 0.9].max()
     assert plan.binding == "slo attainment" and plan.concurrency == int(top)
     assert plan.rate_rps == pytest.approx(table.loc[top, "throughput_rps"])
     assert "most goodput measured" in plan.note
@@ -160,3 +162,34 @@ def test_plan_for_an_attainment_target(swept):
     assert not never.feasible and "no measured load shown to have 90%" in never.note
     with pytest.raises(ValueError, match=r"^slo_attainment: must be in \(0, 1\]$"):
         fit.plan(slo_attainment=1.5)
+
+
+def test_attainment_bound_skips_levels_too_short_to_tell():
+    from llmlat.fitting._plan import attainment_bound
+
+    rows = []
+    for level, n, share in ((1.0, 10, 1.0), (2.0, 300, 1.0), (3.0, 300, 0.97), (4.0, 300, 0.5)):
+        t = np.arange(n) / level
+        slow = np.arange(n) % 100 >= share * 100  # misses spread evenly
+        rows.append(
+            pd.DataFrame(
+                {
+                    "run_id": "r",
+                    "level": level,
+                    "level_kind": "rate",
+                    "request_id": np.arange(n) + int(level) * 1000,
+                    "ok": True,
+                    "t_scheduled": t,
+                    "t_sent": t,
+                    "t_end": t + np.where(slow, 0.5, 0.05),
+                    "latency_s": np.where(slow, 0.5, 0.05),
+                }
+            )
+        )
+    rate, n, feasible, note = attainment_bound(
+        pd.concat(rows, ignore_index=True), "rate", {"latency_s": 0.1}, 0.9
+    )
+    assert (rate, n, feasible) == (3.0, None, True)
+    assert "up to level 3 (level 3 attains 97.0%" in note
+    assert "level 1: the estimate meets the target but the interval reaches below it" in note
+    assert "level 4 attains 50.0%" in note and "under the target" in note

@@ -302,10 +302,11 @@ def attainment_bound(
 ) -> tuple[float, int | None, bool, str]:
     """Return the highest measured load whose SLO attainment meets a target (low end).
 
-    Levels are taken in order of load; the bound is the last one before the first level
-    whose attainment's lower bound (:func:`llmlat.stats.proportion_interval`) falls under the
-    target, so a level whose estimate meets it but whose interval does not counts as not
-    shown to meet it (and the note says to measure it longer).
+    Levels are taken in order of load up to the first whose estimate misses the target; the
+    bound is the highest of them whose interval (:func:`llmlat.stats.proportion_interval`)
+    stays above the target. A level whose estimate meets it but whose interval reaches below
+    is not shown either way: it is not the bound, does not end the search, and the note says
+    to measure it longer.
 
     Parameters
     ----------
@@ -347,8 +348,11 @@ def attainment_bound(
     table = table[table["n"] > 0].sort_values("level")
     shown = " <= ".join(f"{k} {v:g} s" for k, v in slo.items())
     goal = f"{target:.0%} of requests meet {shown}"
-    met = table["slo_attainment_low"].to_numpy(float) >= target
-    n_ok = int(np.argmin(met)) if not met.all() else len(met)
+    estimate = table["slo_attainment"].to_numpy(float)
+    # levels up to the first whose estimate misses the target; of them, the highest whose
+    # interval stays above it (one that reaches below is not shown either way)
+    stop = int(np.argmin(estimate >= target)) if not (estimate >= target).all() else len(table)
+    shown_ok = np.flatnonzero(table["slo_attainment_low"].to_numpy(float)[:stop] >= target)
     notes = []
 
     def said(row: pd.Series) -> str:
@@ -357,18 +361,19 @@ def attainment_bound(
             f"[{row['slo_attainment_low']:.1%}, {row['slo_attainment_high']:.1%}]"
         )
 
-    if n_ok < len(table):
-        first = table.iloc[n_ok]
-        notes.append(said(first))
-        if first["slo_attainment"] >= target:
-            notes[-1] += (
-                ": the estimate meets the target but the interval reaches below it; measure "
-                "it longer (requests=...) to tell"
-            )
-    if n_ok == 0:
-        return math.nan, None, False, f"no measured load shown to have {goal}: " + notes[0]
-    best = table.iloc[n_ok - 1]
-    if n_ok == len(table):
+    unsure = [float(v) for i, v in enumerate(table["level"]) if i < stop and i not in set(shown_ok)]
+    if unsure:
+        notes.append(
+            f"level{'s' * (len(unsure) > 1)} {', '.join(f'{v:g}' for v in unsure)}: the "
+            "estimate meets the target but the interval reaches below it; measure longer "
+            "(requests=...) to tell"
+        )
+    if stop < len(table):
+        notes.append(said(table.iloc[stop]) + ", under the target")
+    if not len(shown_ok):
+        return math.nan, None, False, f"no measured load shown to have {goal}: " + "; ".join(notes)
+    best = table.iloc[shown_ok[-1]]
+    if stop == len(table) and shown_ok[-1] == len(table) - 1:
         notes.append("every measured level meets it: measure higher loads to find where it stops")
     good = table.loc[table["goodput_rps"].idxmax()]
     notes.append(

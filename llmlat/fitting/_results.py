@@ -579,7 +579,9 @@ class FitResult:
         if not slo_ok and feasible:
             feasible, max_rate, max_n = False, np.nan, None
             notes.insert(0, notes.pop())
-        bounds = {"latency target": max_rate, **limits, "utilization cap": ucap}
+        # without a latency target the fitted capacity is the station's own bound
+        own = "latency target" if targets else "capacity"
+        bounds = {own: max_rate, **limits, "utilization cap": ucap}
         bounds["slo attainment"] = slo_rate
         if not feasible:
             binding, rate = "none", np.nan
@@ -589,6 +591,8 @@ class FitResult:
             if not np.isfinite(rate):  # only limits that bind nothing
                 binding, rate = "capacity", cap_low
         conc = [max_n, limit_n, slo_n]
+        if slo_n is None and np.isfinite(slo_rate):  # an open sweep's bound, as a concurrency
+            conc.append(_min_or_none(self._max_concurrency_for_rate(p, slo_rate) for p in worst))
         if np.isfinite(ucap):
             conc.append(_min_or_none(self._max_concurrency_for_rate(p, ucap) for p in worst))
         n_rec = _min_or_none(conc) if feasible else None
