@@ -161,3 +161,28 @@ def test_too_long_a_prompt_stays_a_failed_row(llama_url):
     assert "context length" in plain["error"]
     streamed = llmlat.sweep("word " * 3000, stream=True, **options).requests.iloc[0]
     assert not streamed["ok"] and streamed["error_kind"] == "protocol"
+
+
+def test_goodput_and_slo_attainment(llama_url, streamed):
+    # one request decoded at a time: at 3 in flight a request waits for about two others, so an
+    # SLO of 1.6x the latency alone is met at 1 in flight and mostly missed at 3
+    alone = streamed.requests.query("phase == 'measure' and level == 1")["latency_s"].median()
+    bound = 1.6 * float(alone)
+    res = _sweep(llama_url, concurrency=[1, 3], requests=8, slo={"latency_s": bound})
+    req = res.requests
+    assert req["meets_slo"].tolist() == (req["ok"] & (req["latency_s"] <= bound)).tolist()
+    table = res.summary().set_index("level")
+    assert table.loc[1.0, "slo_attainment"] >= 0.75 > 0.5 >= table.loc[3.0, "slo_attainment"]
+    assert (table["goodput_rps"] <= table["throughput_rps"] + 1e-9).all()
+    assert table.loc[3.0, "goodput_rps"] < table.loc[1.0, "goodput_rps"]
+    for name in ("slo_attainment", "goodput_rps"):
+        low = table[name.replace("_rps", "") + ("_low_rps" if "rps" in name else "_low")]
+        assert (low.fillna(0) <= table[name]).all()
+    # the bound an attainment target gives: the light level, named with its interval
+    from llmlat.fitting._plan import attainment_bound
+
+    rate, n, feasible, note = attainment_bound(res, "concurrency", None, 0.6)
+    assert feasible and n == 1 and rate == pytest.approx(table.loc[1.0, "throughput_rps"])
+    assert "level 3 attains" in note
+    # llama.cpp's server declares no rate limits: the attempts say so with <NA>
+    assert res.attempts["ratelimit_limit_requests"].isna().all()

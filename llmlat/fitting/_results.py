@@ -502,25 +502,29 @@ class FitResult:
                 "target: give p95=..., mean=..., rpm=..., tpm=..., max_utilization or "
                 "slo_attainment"
             )
+        per_minute: dict[str, float | None] = {}
         declared = []
-        if rpm == "auto":
-            rpm = declared_limit("rpm", self.data)
-            declared.append(f"rpm {rpm:g}")
-        if tpm == "auto":
-            tpm = declared_limit("tpm", self.data)
-            declared.append(f"tpm {tpm:g}")
-        for name, v in {**targets, "rpm": rpm, "tpm": tpm}.items():
-            if v is not None and (isinstance(v, str) or not v > 0):
-                raise ValueError(f"{name}: must be positive (or 'auto' for rpm and tpm)")
+        for name, given in (("rpm", rpm), ("tpm", tpm)):
+            if given == "auto":
+                per_minute[name] = declared_limit(name, self.data)
+                declared.append(f"{name} {per_minute[name]:g}")
+            elif isinstance(given, str) or (given is not None and not given > 0):
+                raise ValueError(f"{name}: must be positive, or 'auto' (the declared limit)")
+            else:
+                per_minute[name] = given
+        rpm_v, tpm_v = per_minute["rpm"], per_minute["tpm"]
+        for name, v in targets.items():
+            if not v > 0:
+                raise ValueError(f"{name}: must be positive")
         if max_utilization is not None and not 0 < max_utilization <= 1:
             raise ValueError("max_utilization: must be in (0, 1]")
         cap = self.capacity_rps
         worst = self._pessimistic()
         cap_low = min(self._model.capacity(p) for p in worst)
         limits = {}
-        if rpm is not None:
-            limits["rpm limit"] = rpm / 60.0
-        if tpm is not None:
+        if rpm_v is not None:
+            limits["rpm limit"] = rpm_v / 60.0
+        if tpm_v is not None:
             tok = tokens_per_request
             if tok is None:
                 obs = self._problem.all
@@ -529,7 +533,7 @@ class FitResult:
                     raise ValueError(
                         "tokens_per_request: needed with tpm (the data has no token counts)"
                     )
-            limits["tpm limit"] = tpm / 60.0 / tok
+            limits["tpm limit"] = tpm_v / 60.0 / tok
         limit = min(limits.values(), default=np.inf)
         ucap = cap_low * max_utilization if max_utilization is not None else np.inf
         target, notes = "", ["bounds on the conservative end of the 95% intervals"]
