@@ -101,8 +101,11 @@ def read_limits(headers: Mapping[str, str], into: Any) -> None:
     into : object
         An :class:`~llmlat.schema.Attempt` (any object with the attributes).
     """
-    for name, value in headers.items():
-        found = HEADERS.get(name)
-        if found is not None:
-            column, parse = found
-            setattr(into, column, parse(redact(value)))
+    found = [(HEADERS[name], value) for name, value in headers.items() if name in HEADERS]
+    if not found:
+        return
+    # one pass of the redactor for all of them (its cost is mostly per call); a header value
+    # holds no line break, so the lines come back one per value
+    texts = redact("\n".join(value for _, value in found)).split("\n")
+    for ((column, parse), _), text in zip(found, texts, strict=True):
+        setattr(into, column, parse(text))

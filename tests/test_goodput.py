@@ -193,3 +193,10 @@ def test_attainment_bound_skips_levels_too_short_to_tell():
     assert "up to level 3 (level 3 attains 97.0%" in note
     assert "level 1: the estimate meets the target but the interval reaches below it" in note
     assert "level 4 attains 50.0%" in note and "under the target" in note
+
+
+def test_a_saved_sweep_keeps_its_slo(swept, tmp_path):
+    again = llmlat.read(swept.save(tmp_path / "slo.parquet"))
+    assert again.slo == SLO
+    pd.testing.assert_series_equal(again.requests["meets_slo"], swept.requests["meets_slo"])
+    pd.testing.assert_frame_equal(again.summary(), swept.summary())
