@@ -27,8 +27,10 @@ COMPACT_COLUMNS = {
     "latency_p95_s": "p95 s",
     "latency_p99_s": "p99 s",
     "ttft_p95_s": "TTFT p95 s",
+    "slo_attainment": "SLO %",  # with an SLO only
+    "goodput_rps": "goodput /s",
 }
-_PERCENT = ("ok_rate", "rate_limited_rate")
+_PERCENT = ("ok_rate", "rate_limited_rate", "slo_attainment")
 # summary flag -> (the value that deserves a note, the note)
 _NOTES = {"steady": (False, "not steady"), "client_bound": (True, "client-bound")}
 

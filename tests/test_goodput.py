@@ -145,6 +145,7 @@ def test_summary_attainment_and_goodput(swept):
     # the same SLO given afterwards, or another one, on any saved table
     assert swept.summary(slo={"latency_s": 10})["slo_attainment"].eq(1.0).all()
     assert "slo_attainment" not in llmlat.SweepResult(req, swept.attempts).summary()
+    assert "SLO %" in repr(swept) and "goodput /s" in repr(swept)  # the compact table
 
 
 def test_plan_for_an_attainment_target(swept):
