@@ -31,6 +31,13 @@ Definitions (per level of one sweep):
   benchmark reports the coverage this gives.
 - **Quantiles** interpolate linearly (numpy's default); their intervals are the order statistics
   of :func:`scipy.stats.quantile_test` (distribution-free).
+- **Rates** with an interval (:func:`rate_interval`: throughput, or goodput, the completions
+  meeting an SLO): batch means over equal time slices of the steady window, never narrower
+  than the exact Poisson interval of the count.
+- **Shares** of requests (:func:`proportion_interval`: SLO attainment): a Wilson interval on the
+  effective number of requests, ``n`` over the batch-means variance inflation.
+- **SLOs** (:func:`check_slo`, :func:`meets_slo`): bounds on ``ttft_s``, ``itl_s`` (a request's
+  mean inter-token latency) and ``latency_s``; a failed request never meets one.
 """
 
 from __future__ import annotations
