@@ -37,7 +37,13 @@ from traitlets import (
 from traitlets.config import Configurable
 
 from llmlat._redact import redact
-from llmlat.cli.options import OneLineParser, add_config_options, flag_message, options_from_args
+from llmlat.cli.options import (
+    OneLineParser,
+    add_config_options,
+    add_plan_limits,
+    flag_message,
+    options_from_args,
+)
 from llmlat.config import OptionSpec, option_specs
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -178,8 +184,7 @@ def _fit_parser() -> MagicParser:
     parser.add_argument(
         "--p95-s", type=float, metavar="S", help="show the capacity plan for this p95 target"
     )
-    parser.add_argument("--rpm", type=float, help="the provider's requests-per-minute limit")
-    parser.add_argument("--tpm", type=float, help="the provider's tokens-per-minute limit")
+    add_plan_limits(parser)
     parser.add_argument(
         "-o", "--output", metavar="NAME", help="store the FitResult (or with a target, the Plan)"
     )

@@ -67,8 +67,8 @@ def build_report(
     *,
     model: str = "auto",
     p95_s: float | None = None,
-    rpm: float | None = None,
-    tpm: float | None = None,
+    rpm: float | str | None = None,
+    tpm: float | str | None = None,
     fit: Any = None,
     title: str = "llmlat report",
     notes: list[str] | None = None,
@@ -85,8 +85,9 @@ def build_report(
         The queueing model to fit (see :func:`llmlat.fit`), unless ``fit`` is given.
     p95_s : float, optional
         A p95 latency target in seconds: the report then holds the plan for it.
-    rpm, tpm : float, optional
-        The provider's requests- and tokens-per-minute limits, for the plan.
+    rpm, tpm : float or "auto", optional
+        The provider's requests- and tokens-per-minute limits, for the plan (``"auto"``: the
+        ones it declared in its rate-limit headers).
     fit : FitResult, optional
         An existing fit to report instead of fitting ``model``.
     title : str, default "llmlat report"

@@ -8,6 +8,7 @@ records them on every answered attempt; ``plan(rpm="auto")`` plans against them 
 
 from __future__ import annotations
 
+import argparse
 import math
 from datetime import UTC, datetime
 
@@ -17,6 +18,7 @@ import pytest
 import llmlat
 from llmlat._ratelimit import parse_count, parse_reset_s, read_limits
 from llmlat._redact import forget, remember
+from llmlat.fitting._plan import declared_limit
 from llmlat.schema import Attempt
 
 pytestmark = pytest.mark.timeout(120)
@@ -93,6 +95,11 @@ def limited(request):
     )
 
 
+@pytest.fixture(scope="module")
+def fitted(limited):
+    return llmlat.fit(limited)
+
+
 def test_every_answered_attempt_records_the_declared_limits(limited):
     att = limited.attempts
     assert len(att) >= 60 and (att["status"] == 200).all()
@@ -114,8 +121,8 @@ def test_every_answered_attempt_records_the_declared_limits(limited):
         np.testing.assert_allclose(reset, expected, rtol=0.01, atol=60.0 / limit + 0.05)
 
 
-def test_plan_auto_uses_the_declared_limits_and_says_so(limited):
-    fit = llmlat.fit(limited)
+def test_plan_auto_uses_the_declared_limits_and_says_so(limited, fitted):
+    fit = fitted
     plan = fit.plan(rpm="auto", tpm="auto")
     assert plan.limit_rate_rps == pytest.approx(
         min(RPM / 60.0, TPM / 60.0 / float(np.nanmean(_tokens(limited))))
@@ -136,9 +143,8 @@ def test_limits_plot_and_the_errors_without_headers(limited):
     plain = llmlat.SweepResult(limited.requests, limited.attempts.iloc[:, :13], limited.levels)
     said = [t.get_text() for t in llmlat.plot.limits(plain).axes[0].texts]
     assert said == ["no rate-limit headers recorded:\nthe provider declared no limits"]
-    fit = llmlat.fit(plain)
     with pytest.raises(ValueError, match=r"^rpm: 'auto' needs the limit the provider declares"):
-        fit.plan(rpm="auto")
+        declared_limit("rpm", plain)  # what plan(rpm="auto") asks
 
 
 def test_refusals_carry_retry_after_and_an_empty_budget():
@@ -157,3 +163,18 @@ def test_refusals_carry_retry_after_and_an_empty_budget():
     assert (refused["ratelimit_remaining_requests"] == 0).all()
     assert (refused["ratelimit_reset_requests_s"] > 50).all()  # ~6 requests' refill: 60 s
     assert att.loc[att["status"] == 200, "retry_after_s"].isna().all()
+
+
+def test_report_and_llmfit_flags_take_auto(fitted):
+    from llmlat._ipython import _fit_parser
+    from llmlat.cli import build_parser
+    from llmlat.cli.options import per_minute
+
+    args = build_parser().parse_args(["report", "x.parquet", "--rpm", "auto", "--tpm", "9e4"])
+    assert (args.rpm, args.tpm) == ("auto", 90000.0)
+    assert _fit_parser().parse_args(["res", "--rpm", "AUTO"]).rpm == "auto"
+    with pytest.raises(argparse.ArgumentTypeError, match="a positive number per minute, or auto"):
+        per_minute("-5")
+    plan = fitted.plan(rpm=args.rpm)  # what llmlat report and %llmfit then do
+    assert plan.limit_rate_rps == pytest.approx(RPM / 60.0)
+    assert f"rpm {RPM} as the provider declared" in plan.note

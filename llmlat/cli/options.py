@@ -29,8 +29,10 @@ __all__ = [
     "SHORT_FLAGS",
     "OneLineParser",
     "add_config_options",
+    "add_plan_limits",
     "flag_message",
     "options_from_args",
+    "per_minute",
 ]
 
 #: Exit codes of every ``llmlat`` command.
@@ -271,6 +273,49 @@ def _levels(kind: type, name: str) -> Callable[[str], Any]:
 
     parse.__name__ = kind.__name__
     return parse
+
+
+def add_plan_limits(parser: argparse.ArgumentParser) -> None:
+    """Add the plan's ``--rpm`` and ``--tpm`` flags (``llmlat report`` and ``%llmfit``).
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+    """
+    for flag, what in (("--rpm", "requests"), ("--tpm", "tokens")):
+        parser.add_argument(
+            flag,
+            type=per_minute,
+            metavar="N|auto",
+            help=f"the provider's {what}-per-minute limit (auto: the one it declared)",
+        )
+
+
+def per_minute(text: str) -> float | str:
+    """Parse a per-minute limit flag (``--rpm``, ``--tpm``): a positive number, or ``auto``.
+
+    ``auto`` plans with the limit the provider declared in its rate-limit headers, as the
+    sweep's attempts recorded it.
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    float or str
+    """
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not allowed (a positive number per minute, or auto)"
+        )
+    return value
 
 
 def _header(text: str) -> tuple[str, str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from llmlat.cli.options import add_plan_limits
+
 __all__ = ["add_parser"]
 
 
@@ -29,8 +31,7 @@ def add_parser(subparsers: Any) -> None:
         help="queueing model to fit: auto, mm1, mmc, mgc, closed or batch (default: auto)",
     )
     parser.add_argument("--p95-s", type=float, metavar="S", help="p95 latency target of the plan")
-    parser.add_argument("--rpm", type=float, help="the provider's requests-per-minute limit")
-    parser.add_argument("--tpm", type=float, help="the provider's tokens-per-minute limit")
+    add_plan_limits(parser)
     parser.set_defaults(func=_main)
 
 
