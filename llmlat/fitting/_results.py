@@ -582,7 +582,8 @@ class FitResult:
             target = f"{target}; {wanted}" if target else wanted
         if not slo_ok and feasible:
             feasible, max_rate, max_n = False, np.nan, None
-            notes.insert(0, notes.pop())
+            notes.remove(said)
+            notes.insert(0, said)  # why there is no plan, first
         # without a latency target the fitted capacity is the station's own bound
         own = "latency target" if targets else "capacity"
         bounds = {own: max_rate, **limits, "utilization cap": ucap}
