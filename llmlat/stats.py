@@ -32,8 +32,8 @@ Definitions (per level of one sweep):
 - **Quantiles** interpolate linearly (numpy's default); their intervals are the order statistics
   of :func:`scipy.stats.quantile_test` (distribution-free).
 - **Rates** with an interval (:func:`rate_interval`: throughput, or goodput, the completions
-  meeting an SLO): batch means over equal time slices of the steady window, never narrower
-  than the exact Poisson interval of the count.
+  meeting an SLO): batch means over equal time slices of the steady window; a sparse count
+  never narrower than its exact Poisson interval.
 - **Shares** of requests (:func:`proportion_interval`: SLO attainment): a Wilson interval on the
   effective number of requests, ``n`` over the batch-means variance inflation.
 - **SLOs** (:func:`check_slo`, :func:`meets_slo`): bounds on ``ttft_s``, ``itl_s`` (a request's
@@ -385,10 +385,10 @@ def rate_interval(
     """:func:`throughput` with an interval: batch means over equal slices of its window.
 
     The window is cut into up to 20 equal slices in time (at least about 10 completions
-    each); each slice's rate is one observation, and :func:`mean_interval` takes them in time
-    order (overlapping batch means once there are ten or more slices), so a rate that
-    wanders within the window widens the interval. A count (no weights, or 0/1 weights) gets
-    at least the exact Poisson interval of its total. The estimate is exactly
+    each); each slice's rate is one batch mean, and the interval is Student's t on them
+    (non-overlapping batch means), so a rate that wanders within the window widens it. A
+    sparse count (no weights, or 0/1 weights; fewer than 5 per slice) gets at least the exact
+    Poisson interval of its total. The estimate is exactly
     :func:`throughput`'s.
 
     Parameters
@@ -415,13 +415,19 @@ def rate_interval(
         return rate, math.nan, math.nan
     slot = np.minimum(((end[counted] - a) / (b - a) * k).astype(int), k - 1)
     per_slice = np.bincount(slot, weights=w[counted], minlength=k) / ((b - a) / k)
-    _, low, high = mean_interval(per_slice, confidence)
-    if weights is None or np.isin(w, (0.0, 1.0)).all():
-        # never narrower than a Poisson count's exact interval: slices that all saw the same
-        # count (none, say) would make the batch-means one zero-width
+    # the slices are the batches (non-overlapping batch means, Student t on k - 1 df): long
+    # enough in time that the correlation of neighbouring completions stays inside them
+    from scipy.stats import t as student  # lazy: scipy is slow to import
+
+    half = float(student.ppf(0.5 + confidence / 2, k - 1)) * float(per_slice.std(ddof=1))
+    low, high = rate - half / math.sqrt(k), rate + half / math.sqrt(k)
+    count = float(w[counted].sum())
+    if count < 5 * k and (weights is None or np.isin(w, (0.0, 1.0)).all()):
+        # a sparse count (a few per slice, or none: zero-width batch means) gets at least the
+        # exact Poisson interval of its total
         from scipy.stats import chi2  # lazy: scipy is slow to import
 
-        count, alpha = float(w[counted].sum()), 1.0 - confidence
+        alpha = 1.0 - confidence
         p_low = chi2.ppf(alpha / 2, 2 * count) / 2 if count else 0.0
         p_high = chi2.ppf(1 - alpha / 2, 2 * count + 2) / 2
         low, high = min(low, p_low / (b - a)), max(high, p_high / (b - a))
