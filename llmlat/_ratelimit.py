@@ -4,7 +4,9 @@ OpenAI (and the many servers that copy it) send ``x-ratelimit-limit-requests``,
 ``x-ratelimit-remaining-requests`` and ``x-ratelimit-reset-requests`` (and ``-tokens``), the
 reset as a duration (``"6m0s"``, ``"1s"``, ``"20ms"``); Anthropic sends
 ``anthropic-ratelimit-requests-limit``, ``-remaining`` and ``-reset`` (and ``tokens-``), the reset
-as an RFC 3339 time. Both land in the same attempt columns (``ratelimit_*`` of
+as an RFC 3339 time, and also its separate ``input-tokens`` and ``output-tokens`` limits (in
+``ratelimit_*_input_tokens`` and ``ratelimit_*_output_tokens``). Both land in the same attempt
+columns (``ratelimit_*`` of
 :data:`llmlat.schema.ATTEMPT_COLUMNS`): limits and
 remaining budgets as counts, resets as seconds from the moment the answer came.
 
@@ -89,6 +91,14 @@ for _kind in ("requests", "tokens"):
         HEADERS[f"anthropic-ratelimit-{_kind}-{_which}"] = (f"ratelimit_{_which}_{_kind}", _parse)
     HEADERS[f"x-ratelimit-reset-{_kind}"] = (f"ratelimit_reset_{_kind}_s", parse_reset_s)
     HEADERS[f"anthropic-ratelimit-{_kind}-reset"] = (f"ratelimit_reset_{_kind}_s", parse_reset_s)
+for _kind in ("input_tokens", "output_tokens"):  # Anthropic's separate input and output limits
+    _name = _kind.replace("_", "-")
+    HEADERS[f"anthropic-ratelimit-{_name}-limit"] = (f"ratelimit_limit_{_kind}", parse_count)
+    HEADERS[f"anthropic-ratelimit-{_name}-remaining"] = (
+        f"ratelimit_remaining_{_kind}",
+        parse_count,
+    )
+    HEADERS[f"anthropic-ratelimit-{_name}-reset"] = (f"ratelimit_reset_{_kind}_s", parse_reset_s)
 
 
 def read_limits(headers: Mapping[str, str], into: Any) -> None:

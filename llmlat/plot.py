@@ -931,7 +931,7 @@ def limits(data: Data, ax: Axes | None = None) -> Figure:
     ax = _axes(ax)
     palette = sns.color_palette()
     drawn = False
-    for i, kind in enumerate(("requests", "tokens")):
+    for i, kind in enumerate(("requests", "tokens", "input_tokens", "output_tokens")):
         limit = _st.column(attempts, f"ratelimit_limit_{kind}")
         left = _st.column(attempts, f"ratelimit_remaining_{kind}")
         known = np.isfinite(limit) & np.isfinite(left) & (limit > 0)
@@ -941,7 +941,7 @@ def limits(data: Data, ax: Axes | None = None) -> Figure:
         t = _st.column(attempts, "t_end")[known]
         order = np.argsort(t)
         share = (left[known] / limit[known])[order]
-        label = f"{kind} left (limit {limit[known][order][-1]:g}/min)"
+        label = f"{kind.replace('_', ' ')} left (limit {limit[known][order][-1]:g}/min)"
         ax.plot(t[order], share, ".-", ms=3, lw=0.8, color=palette[i], label=label)
     if not drawn:
         ax.set_axis_off()
@@ -954,7 +954,7 @@ def limits(data: Data, ax: Axes | None = None) -> Figure:
     refused = _st.column(attempts, "status") == 429
     if refused.any():
         t = _st.column(attempts, "t_end")[refused]
-        ax.plot(t, np.zeros(len(t)), "x", color=palette[3], ms=5, label="429 answers")
+        ax.plot(t, np.zeros(len(t)), "x", color=palette[4], ms=5, label="429 answers")
     levels = getattr(data, "levels", None)
     if isinstance(levels, pd.DataFrame) and len(levels):
         for start, level in zip(_st.column(levels, "t_start"), levels["level"], strict=True):

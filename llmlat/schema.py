@@ -112,6 +112,12 @@ ATTEMPT_COLUMNS: dict[str, str] = {
     "ratelimit_limit_tokens": _I,
     "ratelimit_remaining_tokens": _I,
     "ratelimit_reset_tokens_s": _F,
+    "ratelimit_limit_input_tokens": _I,  # Anthropic's input and output token limits apart
+    "ratelimit_remaining_input_tokens": _I,
+    "ratelimit_reset_input_tokens_s": _F,
+    "ratelimit_limit_output_tokens": _I,
+    "ratelimit_remaining_output_tokens": _I,
+    "ratelimit_reset_output_tokens_s": _F,
 }
 
 #: Column name -> pandas dtype of the levels table: one row per swept level, what the engine
@@ -209,6 +215,12 @@ class Attempt:
     ratelimit_limit_tokens: int | None = None
     ratelimit_remaining_tokens: int | None = None
     ratelimit_reset_tokens_s: float = _NAN
+    ratelimit_limit_input_tokens: int | None = None
+    ratelimit_remaining_input_tokens: int | None = None
+    ratelimit_reset_input_tokens_s: float = _NAN
+    ratelimit_limit_output_tokens: int | None = None
+    ratelimit_remaining_output_tokens: int | None = None
+    ratelimit_reset_output_tokens_s: float = _NAN
 
 
 @dataclass(slots=True)

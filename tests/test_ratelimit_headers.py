@@ -80,6 +80,19 @@ def test_counts_and_the_redactor():
     assert att.ratelimit_remaining_requests is None
     assert att.ratelimit_reset_tokens_s == 360.0
     assert att.ratelimit_limit_tokens is None and math.isnan(att.ratelimit_reset_requests_s)
+    anthropic = Attempt("r", 1.0, 0, 1)
+    read_limits(
+        {
+            "anthropic-ratelimit-input-tokens-limit": "40000",
+            "anthropic-ratelimit-input-tokens-remaining": "39000",
+            "anthropic-ratelimit-output-tokens-reset": "2026-11-30T20:00:10Z",
+        },
+        anthropic,
+    )
+    assert anthropic.ratelimit_limit_input_tokens == 40000
+    assert anthropic.ratelimit_remaining_input_tokens == 39000
+    assert anthropic.ratelimit_reset_output_tokens_s >= 0  # a time already past is 0
+    assert anthropic.ratelimit_limit_tokens is None
 
 
 @pytest.fixture(scope="module", params=["openai-chat", "anthropic-messages"])
