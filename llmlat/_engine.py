@@ -28,12 +28,13 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from llmlat._adaptive import AdaptiveSearch
 from llmlat._apis import make_payload
 from llmlat._client import Client, FailFast, list_models
 from llmlat._fdlimit import ensure_open_files
@@ -98,6 +99,8 @@ class Sweeper:
     ) -> None:
         cfg = self.config = SweepConfig.from_options(config, **options)
         self._plans = cfg.plans()
+        # concurrency/rate "auto": levels chosen one at a time (llmlat._adaptive)
+        self._search = None if cfg.auto() is None else AdaptiveSearch(cfg)
         # a closed-loop level that issues fewer requests than it has workers never fills up
         short = [
             p.workers for p in self._plans if p.workers and (p.total() or p.workers) < p.workers
@@ -213,11 +216,12 @@ class Sweeper:
         cfg = self.config
         # room for a socket per request in flight (two with an in-process simulator, which
         # holds the other end); None: an open loop without a cap
-        caps = [c for p in self._plans if (c := p.workers or p.max_in_flight) is not None]
+        plans = self._plans if self._search is None else [self._search.ceiling_plan()]
+        caps = [c for p in plans if (c := p.workers or p.max_in_flight) is not None]
         ensure_open_files(
-            max(caps) if len(caps) == len(self._plans) else None,
+            max(caps) if len(caps) == len(plans) else None,
             2 if cfg.url is None and not cfg.simulator_process else 1,
-            "concurrency" if self._plans[0].workers else "max_in_flight",
+            "concurrency" if plans[0].workers else "max_in_flight",
         )
 
     async def _run_against(self, url: str, sim_config: dict | None) -> SweepResult:
@@ -279,7 +283,7 @@ class Sweeper:
                 seed=cfg.seed,
                 transport=cfg.transport,
             ) as client:
-                for plan in self._plans:
+                for plan in self._level_plans():
                     if self._stopping:
                         break
                     if plan.index and cfg.pause_s:
@@ -291,11 +295,23 @@ class Sweeper:
             raise
         finally:
             gc.unfreeze()
+            if self._search is not None:  # the levels it chose, and why
+                self._meta.update(self._search.meta())
             self._interrupted = self._interrupted or self._stopping
             if self._bar is not None:
                 self._bar.close()
             self._close_writer()
         return self.result()
+
+    def _level_plans(self) -> Iterable[LevelPlan]:
+        """Return the planned levels, or those an adaptive search chooses as levels end."""
+        if self._search is None:
+            return self._plans
+
+        def rows(level: float) -> Any:
+            return requests_frame([r for r in self._issued if r.level == level])
+
+        return self._search.plans(rows, self._now)
 
     async def _run_level(self, plan: LevelPlan, client: Client) -> None:
         if self.config.preconnect:  # before the level's clock starts: connects are not its latency
@@ -530,8 +546,13 @@ class Sweeper:
         if self._writer is None:
             return
         self._flush()
+        updates = {k: self._meta[k] for k in ("levels", "adaptive") if k in self._meta}
         self._writer.close(
-            {"interrupted": self._interrupted, "stopped_reason": self._meta.get("stopped_reason")}
+            {
+                "interrupted": self._interrupted,
+                "stopped_reason": self._meta.get("stopped_reason"),
+                **updates,
+            }
         )
         self._writer = None
 
@@ -545,7 +566,7 @@ class Sweeper:
         else:
             from tqdm.auto import tqdm
 
-        totals = [p.total() for p in self._plans]
+        totals = [p.total() for p in self._plans] if self._search is None else [None]
         total = None if None in totals else sum(t for t in totals if t is not None)
         return tqdm(total=total, unit="req", dynamic_ncols=True, leave=True)
 

@@ -63,6 +63,7 @@ __all__ = [
 GROUPS = {
     "target": "target: what to measure",
     "load": "load shape: closed loop (--concurrency), open loop (--rate) or a trace (--trace)",
+    "auto": "adaptive sweeps (--concurrency auto, --rate auto): where to stop and what to spend",
     "length": "level length: per level, one value or a comma-separated list",
     "retry": "retries of 429, 5xx and connection errors",
     "run": "run settings",
@@ -70,6 +71,13 @@ GROUPS = {
 
 #: Values of :attr:`SweepConfig.cluster`: where the shards of a sharded sweep run.
 CLUSTERS = ("local", "ray")
+
+#: The value of ``concurrency`` or ``rate`` that asks for an adaptive sweep.
+AUTO = "auto"
+#: Defaults of the adaptive sweep's limits (see :mod:`llmlat._adaptive`).
+AUTO_MAX_CONCURRENCY = 256
+AUTO_START_RATE = 1.0
+AUTO_MAX_429_RATE = 0.05
 
 _PLACEHOLDER_URL = "http://127.0.0.1"  # validates the target's options before the URL is known
 
@@ -178,17 +186,19 @@ class SweepConfig:
         kind=bool,
     )
     # -- load shape
-    concurrency: int | Sequence[int] | None = _option(
+    concurrency: int | Sequence[int] | str | None = _option(
         None,
-        "Closed-loop levels: requests in flight (workers), e.g. 1,10,100.",
+        "Closed-loop levels: requests in flight (workers), e.g. 1,10,100; auto: grow from 1 "
+        "until throughput levels off, then add levels around the knee.",
         group="load",
         kind=int,
         metavar="N,N,...",
         levels=True,
     )
-    rate: float | Sequence[float] | None = _option(
+    rate: float | Sequence[float] | str | None = _option(
         None,
-        "Open-loop levels: requests sent per second, e.g. 1,2,4.",
+        "Open-loop levels: requests sent per second, e.g. 1,2,4; auto: grow from start_rate "
+        "until throughput levels off, then add levels below the capacity found.",
         group="load",
         kind=float,
         metavar="R,R,...",
@@ -229,6 +239,56 @@ class SweepConfig:
         group="load",
         kind=int,
         metavar="N",
+    )
+    # -- adaptive sweeps (llmlat._adaptive)
+    max_concurrency: int | None = _option(
+        None,
+        f"concurrency auto: the largest level the search may try (default {AUTO_MAX_CONCURRENCY}).",
+        group="auto",
+        kind=int,
+        metavar="N",
+    )
+    start_rate: float | None = _option(
+        None,
+        f"rate auto: the first, light rate, requests/s (default {AUTO_START_RATE:g}).",
+        group="auto",
+        kind=float,
+        metavar="R",
+    )
+    max_rate: float | None = _option(
+        None,
+        "rate auto: the largest rate the search may try, requests/s (default: none).",
+        group="auto",
+        kind=float,
+        metavar="R",
+    )
+    max_requests: int | None = _option(
+        None,
+        "Auto sweeps: most requests sent in all; a level that would pass it is not started.",
+        group="auto",
+        kind=int,
+        metavar="N",
+    )
+    max_time_s: float | None = _option(
+        None,
+        "Auto sweeps: most seconds in all; a level expected to end past it is not started.",
+        group="auto",
+        kind=float,
+    )
+    max_p95_s: float | None = _option(
+        None,
+        "Auto sweeps: stop growing once a level's p95 latency exceeds this, seconds, and place "
+        "no level at or past that one (default: no limit).",
+        group="auto",
+        kind=float,
+    )
+    max_429_rate: float | None = _option(
+        None,
+        "Auto sweeps: stop growing once more than this share of a level's requests end in "
+        f"a 429, and place no level at or past it (default {AUTO_MAX_429_RATE:g}).",
+        group="auto",
+        kind=float,
+        metavar="SHARE",
     )
     # -- level length
     requests: int | Sequence[int] | None = _option(
@@ -441,13 +501,23 @@ class SweepConfig:
             max_retry_wait_s=self.max_retry_wait_s,
         )
 
-    def plans(self) -> list[LevelPlan]:
+    def plans(self, **levels: Any) -> list[LevelPlan]:
         """Return the planned levels, in order (see :func:`llmlat._loadshapes.plan_levels`).
+
+        An adaptive sweep's config plans its first level; :mod:`llmlat._adaptive` plans the
+        next ones from it with ``levels``.
+
+        Parameters
+        ----------
+        **levels
+            ``concurrency=[...]`` or ``rate=[...]``: plan these levels with the other options.
 
         Returns
         -------
         list of LevelPlan
         """
+        if levels:
+            return _plan(self, None, **levels)
         return list(self._plans)  # type: ignore[attr-defined]
 
     def sim_config(self) -> Any:
@@ -526,6 +596,7 @@ class SweepConfig:
         if self.save is not None and not isinstance(self.save, str | os.PathLike):
             raise ValueError(f"save: expected a file path, got {type(self.save).__name__}")
         self._check_shards()
+        self._check_auto()
         if self.transport not in TRANSPORTS:
             raise ValueError(
                 f"transport: {self.transport!r} is not allowed (one of {', '.join(TRANSPORTS)})"
@@ -548,6 +619,64 @@ class SweepConfig:
                 )
             if self.cluster == "local":
                 raise ValueError("ray_address: only with cluster ray (shards on a Ray cluster)")
+
+    def _check_auto(self) -> None:
+        for name in ("concurrency", "rate"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value != AUTO:
+                raise ValueError(f"{name}: {value!r} is not allowed (numbers, or {AUTO!r})")
+        auto = self.auto()
+        limits = {
+            "max_concurrency": ("concurrency", int, 1),
+            "start_rate": ("rate", float, 0),
+            "max_rate": ("rate", float, 0),
+            "max_requests": (None, int, 1),
+            "max_time_s": (None, float, 0),
+            "max_p95_s": (None, float, 0),
+            "max_429_rate": (None, float, 0),
+        }
+        for name, (kind, number, low) in limits.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if auto is None or kind not in (None, auto):
+                needs = f"{kind}={AUTO!r}" if kind else f"concurrency or rate {AUTO!r}"
+                raise ValueError(f"{name}: only used by an adaptive sweep ({needs})")
+            ok = isinstance(value, int | np.integer if number is int else int | float | np.number)
+            ok = ok and not isinstance(value, bool) and math.isfinite(value)
+            ok = ok and (value >= low if number is int else value > low)
+            if name == "max_429_rate":
+                ok = ok and value < 1
+            if not ok:
+                what = f"an integer >= {low}" if number is int else "a number > 0"
+                raise ValueError(f"{name}: {value!r} is not allowed ({what})")
+        if auto is None:
+            return
+        start, top = self.start_rate, self.max_rate
+        if start is not None and top is not None and start > top:
+            raise ValueError(f"start_rate: {start!r} is above max_rate {top!r}")
+        for name in ("requests", "duration_s"):
+            if isinstance(getattr(self, name), tuple):
+                raise ValueError(
+                    f"{name}: an adaptive sweep chooses its levels; give one value for all"
+                )
+        if self.shard_cluster() is not None:
+            raise ValueError(
+                f"{auto}: {AUTO!r} chooses each level from the last one, in one engine; a "
+                "sharded sweep (workers, cluster, ray_address) needs its levels up front"
+            )
+
+    def auto(self) -> str | None:
+        """Return ``"concurrency"`` or ``"rate"`` for an adaptive sweep, else None.
+
+        Returns
+        -------
+        str or None
+        """
+        for name in ("concurrency", "rate"):
+            if getattr(self, name) == AUTO:
+                return name
+        return None
 
     def shard_cluster(self) -> str | None:
         """Return where the shards run: ``"local"``, ``"ray"``, or None for one in-process engine.
@@ -786,10 +915,23 @@ def _read_trace(path: str | os.PathLike) -> Any:
         raise ValueError(f"trace: cannot read {path} ({exc})") from None
 
 
-def _plan(config: SweepConfig, trace: Any) -> list[LevelPlan]:
+def _plan(config: SweepConfig, trace: Any, **levels: Any) -> list[LevelPlan]:
+    """Plan the levels of ``config``; ``levels`` (concurrency or rate) replace its own.
+
+    An adaptive sweep is planned one level at a time (:mod:`llmlat._adaptive`); its config
+    plans its first level.
+    """
+    auto = config.auto()
+    if auto is not None and not levels:
+        first = 1 if auto == "concurrency" else (config.start_rate or AUTO_START_RATE)
+        levels = {auto: [first]}
+    levels = {
+        "concurrency": config.concurrency,
+        "rate": config.rate,
+        **levels,
+    }
     return plan_levels(
-        concurrency=config.concurrency,
-        rate=config.rate,
+        **levels,
         trace=trace,
         think_time_s=config.think_time_s,
         arrival=config.arrival,

@@ -55,6 +55,7 @@ __all__ = [
     "row_times",
     "steady_window",
     "throughput",
+    "throughput_interval",
     "transient_mask",
 ]
 
@@ -345,6 +346,59 @@ def throughput(
     known = measured & np.isfinite(start) & np.isfinite(end)
     span = float(end[known].max() - start[known].min())
     return (float(w[done].sum()) / span if span > 0 else math.nan), False
+
+
+def throughput_interval(
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+    transient: np.ndarray,
+    measured: np.ndarray,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float]:
+    """Return the throughput of :func:`throughput` with its interval.
+
+    The window the rate is taken over is cut into equal sub-windows (up to 20, with at least
+    5 completions each on average); the interval is the wider of the Student-t interval of
+    their completion rates (:func:`mean_interval`: completions bunch when requests share a
+    queue state, so the counts of whole sub-windows vary more than a Poisson count) and the
+    Poisson interval of the count.
+
+    Parameters
+    ----------
+    start, end, ok, transient, measured : numpy.ndarray
+        As for :func:`throughput`.
+    confidence : float, default 0.95
+        Coverage of the interval.
+
+    Returns
+    -------
+    tuple of float
+        ``(rate, low, high)`` per second; the bounds are NaN with fewer than 2 completions.
+    """
+    from scipy.stats import norm  # lazy: scipy is slow to import
+
+    rate, windowed = throughput(start, end, ok, transient, measured)
+    done = ok & np.isfinite(end)
+    if math.isnan(rate):
+        return math.nan, math.nan, math.nan
+    if windowed:
+        a, b = steady_window(start[measured], end[measured], transient[measured])
+        ends = end[done & (end > a) & (end <= b)]
+    else:
+        known = measured & np.isfinite(start) & np.isfinite(end)
+        a, b = float(start[known].min()), float(end[known].max())
+        ends = end[done & measured]
+    n = len(ends)
+    if n < 2 or b <= a:
+        return rate, math.nan, math.nan
+    half = float(norm.ppf(0.5 + confidence / 2)) * math.sqrt(n) / (b - a)
+    bins = min(_MAX_BATCHES, n // _MIN_BATCH)
+    if bins >= 4:
+        rates = np.histogram(ends, bins=bins, range=(a, b))[0] / ((b - a) / bins)
+        _, low, high = mean_interval(rates, confidence)
+        half = max(half, (high - low) / 2)
+    return rate, max(0.0, rate - half), rate + half
 
 
 def batch_means(values: np.ndarray, min_batch: int = 1) -> tuple[float, float, float]:
