@@ -7,9 +7,11 @@ one at a time; each is chosen from what the levels before it measured.
    open loop jumps further while it has fewer than 0.5 requests in flight, a load at which even
    one server is at most half busy) until one of:
 
-   - throughput stops growing: the level's throughput is not above the best so far by more
-     than :data:`MIN_GAIN` at 95% confidence (intervals of
-     :func:`llmlat.stats.throughput_interval`, not a point comparison);
+   - a closed loop's throughput stops growing, judged on the intervals of
+     :func:`llmlat.stats.throughput_interval` (never a point comparison) against the last level
+     that grew: clearly (95%, one-sided) short of half the growth in proportion to the clients
+     that an unsaturated server shows, or two levels in a row not clearly above it by more
+     than :data:`MIN_GAIN` (short levels have wide intervals: one more level decides);
    - an open level is served clearly less than offered (its throughput interval lies below
      95% of the rate): it is past capacity;
    - a budget is spent: the level's p95 latency exceeds ``max_p95_s``, or more than
@@ -72,6 +74,9 @@ OPEN_PLACES = (0.5, 0.7, 0.8, 0.9)
 #: A candidate this close (relative) to a measured level adds little.
 _NEAR = 0.1
 _Z95 = 1.959963984540054
+_Z90 = 1.6448536269514722  # one-sided 95%
+#: Growth stops after this many levels in a row whose throughput is not clearly above.
+_MISSES = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +185,8 @@ class AdaptiveSearch:
         self.knee_reached = False
         self.placed: list[float] = []
         self.skipped: dict[str, str] = {}
+        self._anchor: LevelOutcome  # the last growth level whose throughput grew (or the first)
+        self._misses = 0  # growth levels since then
 
     # ------------------------------------------------------------------ engine side
 
@@ -297,6 +304,8 @@ class AdaptiveSearch:
         return self.config.plans(**{self.kind: levels})[-1]
 
     def _observe(self, outcome: LevelOutcome, *, grow: bool = True) -> None:
+        if not self.outcomes:
+            self._anchor = outcome
         self.outcomes.append(outcome)
         self.values.append(outcome.value)
         if grow:
@@ -330,15 +339,22 @@ class AdaptiveSearch:
             )
             return None
         if self.closed and len(self.outcomes) > 1:
-            best = max(self.outcomes[:-1], key=lambda o: o.throughput)
-            if not _grows(last, best):
-                self._stop(
-                    "throughput",
-                    f"throughput {last.throughput:.3g}/s [{last.low:.3g}, {last.high:.3g}] {at} "
-                    f"not above {best.throughput:.3g}/s [{best.low:.3g}, {best.high:.3g}] "
-                    f"at {name} = {best.value:g} by {MIN_GAIN:.0%}",
-                )
-                return None
+            anchor = self._anchor
+            if _grows(last, anchor):
+                self._anchor, self._misses = last, 0
+            else:
+                self._misses += 1
+                flat = _flat(last, anchor)
+                if flat or self._misses >= _MISSES:
+                    why = "clearly short of" if flat else f"{_MISSES} levels in a row not above"
+                    self._stop(
+                        "throughput",
+                        f"throughput {last.throughput:.3g}/s [{last.low:.3g}, {last.high:.3g}] "
+                        f"{at} {why} {anchor.throughput:.3g}/s [{anchor.low:.3g}, "
+                        f"{anchor.high:.3g}] at {name} = {anchor.value:g} grown "
+                        f"{'in proportion' if flat else f'by {MIN_GAIN:.0%}'}",
+                    )
+                    return None
         if last.value >= self.ceiling:
             limit = "max_concurrency" if self.closed else "max_rate"
             self._stop("limit", f"{limit} {self.ceiling:g} reached with throughput still growing")
@@ -473,7 +489,20 @@ def _grows(last: LevelOutcome, best: LevelOutcome) -> bool:
     if not all(s == s for s in se):
         return last.throughput > best.throughput * (1 + MIN_GAIN)
     spread = math.hypot(*se)
-    return last.throughput - best.throughput * (1 + MIN_GAIN) > 1.6448536269514722 * spread
+    return last.throughput - best.throughput * (1 + MIN_GAIN) > _Z90 * spread
+
+
+def _flat(last: LevelOutcome, anchor: LevelOutcome) -> bool:
+    """Whether ``last`` grew clearly less than half of in proportion to the load, at 95%.
+
+    Below the knee a closed loop's throughput grows with its clients (``N / (W + Z)``), so a
+    level with twice the clients of ``anchor`` would serve about twice as much.
+    """
+    se = [(o.high - o.low) / (2 * _Z95) for o in (last, anchor)]
+    if not all(s == s for s in se) or not anchor.throughput > 0:
+        return False
+    half = anchor.throughput * (1 + (last.value / anchor.value - 1) / 2)
+    return last.throughput + _Z90 * math.hypot(*se) < half
 
 
 def _round(rate: float) -> float:

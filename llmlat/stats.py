@@ -359,10 +359,10 @@ def throughput_interval(
     """Return the throughput of :func:`throughput` with its interval.
 
     The window the rate is taken over is cut into equal sub-windows (up to 20, with at least
-    5 completions each on average); the interval is the wider of the Student-t interval of
-    their completion rates (:func:`mean_interval`: completions bunch when requests share a
-    queue state, so the counts of whole sub-windows vary more than a Poisson count) and the
-    Poisson interval of the count.
+    5 completions each on average), taken as batches; the interval is the wider of the
+    Student-t interval of their mean completion rate (completions bunch when requests share a
+    queue state, so the counts of whole sub-windows can vary more than a Poisson count) and
+    the normal interval of a Poisson count.
 
     Parameters
     ----------
@@ -376,7 +376,7 @@ def throughput_interval(
     tuple of float
         ``(rate, low, high)`` per second; the bounds are NaN with fewer than 2 completions.
     """
-    from scipy.stats import norm  # lazy: scipy is slow to import
+    from scipy.stats import norm, t  # lazy: scipy is slow to import
 
     rate, windowed = throughput(start, end, ok, transient, measured)
     done = ok & np.isfinite(end)
@@ -396,8 +396,8 @@ def throughput_interval(
     bins = min(_MAX_BATCHES, n // _MIN_BATCH)
     if bins >= 4:
         rates = np.histogram(ends, bins=bins, range=(a, b))[0] / ((b - a) / bins)
-        _, low, high = mean_interval(rates, confidence)
-        half = max(half, (high - low) / 2)
+        se = float(rates.std(ddof=1)) / math.sqrt(bins)  # the sub-windows are the batches
+        half = max(half, float(t.ppf(0.5 + confidence / 2, bins - 1)) * se)
     return rate, max(0.0, rate - half), rate + half
 
 
