@@ -116,7 +116,7 @@ class Sweeper:
         self._model = cfg.model
         self._fail_fast = FailFast()
         self._payload = payload  # shards (llmlat._shard) receive it as given
-        self._payload_of = _payload_source(payload, cfg.api, self._plans)
+        self._payload_of = _payload_source(payload, cfg.api, self._plans, cfg.seed)
         self._payload_summary = _payload_summary(payload)
         # issue 11: checked before anything is sent, so a bad path never costs a run
         self._save = (
@@ -722,7 +722,9 @@ def _resolve(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
-def _payload_source(payload: Any, api: str, plans: list[LevelPlan]) -> Callable[[Record], dict]:
+def _payload_source(
+    payload: Any, api: str, plans: list[LevelPlan], seed: int = 0
+) -> Callable[[Record], dict]:
     """Return ``f(record) -> payload dict``, validating what can be validated up front."""
     if isinstance(payload, str):
         text = payload.strip()
@@ -745,15 +747,19 @@ def _payload_source(payload: Any, api: str, plans: list[LevelPlan]) -> Callable[
     schedule = plans[0].schedule if plans[0].kind == "trace" else None
     if schedule is None or (schedule.prompt_tokens is None and schedule.completion_tokens is None):
         return lambda record: base
-    return _trace_payloads(base, api, plans[0])
+    return _trace_payloads(base, api, plans[0], seed)
 
 
-def _trace_payloads(base: dict, api: str, plan: LevelPlan) -> Callable[[Record], dict]:
+def _trace_payloads(base: dict, api: str, plan: LevelPlan, seed: int) -> Callable[[Record], dict]:
     """Shape payloads by a trace's token counts.
 
-    The prompt becomes about that many words; ``max_tokens`` becomes the completion tokens
-    (the target's ``max_tokens``, when given, overrides it).
+    The prompt becomes about that many tokens (:func:`llmlat._traces.prompt_text`: each
+    request's own words, after the shared blocks of a Mooncake trace's ``hash_ids``);
+    ``max_tokens`` becomes the completion tokens (the target's ``max_tokens``, when given,
+    overrides it).
     """
+    from llmlat._traces import prompt_text
+
     sched = plan.schedule
     assert sched is not None
 
@@ -761,8 +767,9 @@ def _trace_payloads(base: dict, api: str, plan: LevelPlan) -> Callable[[Record],
         i = record.request_id  # a trace is the sweep's only level: ids count its sends
         body = dict(base)
         if sched.prompt_tokens is not None:
-            words = " ".join(["token"] * max(1, int(sched.prompt_tokens[i])))
-            body.update(make_payload(words, api))
+            blocks = () if sched.blocks is None else sched.blocks[i]
+            text = prompt_text(int(sched.prompt_tokens[i]), blocks, key=i, seed=seed)
+            body.update(make_payload(text, api))
         if sched.completion_tokens is not None:
             body["max_tokens"] = max(1, int(sched.completion_tokens[i]))
         return body

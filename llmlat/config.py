@@ -45,6 +45,7 @@ from llmlat._apis import API_NAMES
 from llmlat._client import RetryPolicy, Target
 from llmlat._loadshapes import ARRIVALS, LevelPlan, plan_levels
 from llmlat._redact import redact_url
+from llmlat._traces import read_trace
 from llmlat._transport import TRANSPORTS  # the values of SweepConfig.transport
 
 __all__ = [
@@ -206,10 +207,19 @@ class SweepConfig:
     )
     trace: Any = _option(  # noqa: RUF009 (a field)
         None,
-        "A trace to replay as one level: a CSV or parquet file (or in Python a table or a list) "
-        "of send times, with optional token counts.",
+        "A trace to replay as one level: a CSV, parquet or JSON-lines file (or in Python a table "
+        "or a list) of send times, with optional token counts; llmlat's columns, an Azure LLM "
+        "inference trace's (TIMESTAMP, ContextTokens, GeneratedTokens) or Mooncake's "
+        "(timestamp ms, input_length, output_length, hash_ids).",
         group="load",
         metavar="FILE",
+    )
+    trace_speed: float = _option(
+        1.0,
+        "Replay the trace this many times faster than recorded (0.5: at half the rate).",
+        group="load",
+        kind=float,
+        metavar="X",
     )
     think_time_s: float = _option(
         0.0,
@@ -413,7 +423,7 @@ class SweepConfig:
         self.target()  # validates the target's fields
         self.retry_policy()
         self._check_run()
-        trace = _read_trace(self.trace) if isinstance(self.trace, str | os.PathLike) else self.trace
+        trace = read_trace(self.trace) if isinstance(self.trace, str | os.PathLike) else self.trace
         object.__setattr__(self, "_plans", _plan(self, trace))
 
     # ------------------------------------------------------------------ building
@@ -903,18 +913,6 @@ def _without_name(exc: ValueError) -> str:
     return rest if sep and name.isidentifier() else text
 
 
-def _read_trace(path: str | os.PathLike) -> Any:
-    import pandas as pd
-
-    path = Path(path)
-    try:
-        if path.suffix == ".parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"trace: cannot read {path} ({exc})") from None
-
-
 def _plan(config: SweepConfig, trace: Any, **levels: Any) -> list[LevelPlan]:
     """Plan the levels of ``config``; ``levels`` (concurrency or rate) replace its own.
 
@@ -942,6 +940,7 @@ def _plan(config: SweepConfig, trace: Any, **levels: Any) -> list[LevelPlan]:
         warmup=config.warmup,
         warmup_s=config.warmup_s,
         seed=config.seed,
+        trace_speed=config.trace_speed,
     )
 
 

@@ -263,8 +263,7 @@ def _levels(kind: type, name: str) -> Callable[[str], Any]:
             values = [kind(p) for p in parts]
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not allowed ({_what(kind)}, or a comma-separated list of them"
-                + (f", or {AUTO})" if name in ("concurrency", "rate") else ")")
+                f"{text!r} is not allowed ({_what(kind)}, or a comma-separated list of them)"
             ) from None
         if not values:
             raise argparse.ArgumentTypeError("give at least one value")
