@@ -21,8 +21,13 @@ one at a time; each is chosen from what the levels before it measured.
 
 2. **Find the knee.** Closed loop: Kleinrock's saturation point ``N* = X_max (W_1 + Z)``, the
    most throughput measured times a lone request's cycle (its latency at one client plus the
-   think time): below ``N*`` requests rarely wait, above it throughput stays at capacity (for
-   ``c`` exponential servers ``N* = c``). Open loop: the capacity ``lambda* = X_max``.
+   think time), the cycle taken by Little's law as ``1 / X_1`` (one client's throughput, over
+   the same steady window as ``X_max``, so a slow first request, e.g. a cold prompt cache, does
+   not move it): below ``N*`` requests rarely wait, above it throughput stays at capacity (for
+   ``c`` exponential servers ``N* = c``). ``X_max`` pools the levels on the plateau (those not
+   clearly below the best), as the largest of several noisy rates is biased high. Open loop:
+   the capacity ``lambda*``, the throughput of the levels served clearly less than offered
+   (the most throughput measured when none was).
 
 3. **Place levels around it** where they identify the model best. Closed loop: ``N*`` times
    0.5, 0.75, 1, 1.25, 1.5, 2: the levels below it pin the service time, those above pin the
@@ -395,11 +400,8 @@ class AdaptiveSearch:
         known = [o for o in self.outcomes if o.throughput == o.throughput]
         if not known:
             return 0.0
-        first = known[0]
         best = max(o.throughput for o in known)
-        cycle = first.mean_latency_s + self.config.think_time_s
-        alone = value / cycle if cycle > 0 else math.inf
-        return min(alone, best) if best > 0 else 0.0
+        return min(value * known[0].throughput, best)  # N clients, each at most X_1
 
     def _find_knee(self) -> None:
         known = [o for o in self.outcomes if o.throughput == o.throughput]
@@ -411,11 +413,12 @@ class AdaptiveSearch:
         where = ", ".join(f"{o.value:g}" for o in on)
         if self.closed:
             first = self.outcomes[0]
-            cycle = first.mean_latency_s + self.config.think_time_s
-            self.knee = x_max * cycle
+            if not first.throughput > 0:  # one client got nothing through: no cycle to scale
+                return
+            self.knee = x_max / first.throughput
             self.knee_rule = (
-                f"X_max {x_max:.3g}/s (N = {where}) x (W_1 {first.mean_latency_s:.3g}s"
-                f" + Z {self.config.think_time_s:g}s)"
+                f"X_max {x_max:.3g}/s (N = {where}) x (W_1 + Z) = 1 / X_1 "
+                f"{1 / first.throughput:.3g}s"
             )
         else:
             self.knee = x_max
