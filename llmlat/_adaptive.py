@@ -35,7 +35,9 @@ one at a time; each is chosen from what the levels before it measured.
    loop: ``lambda*`` times 0.5, 0.7, 0.8, 0.9, where waiting grows fastest with load and so
    says most about ``c``; a level past capacity never settles, so none is placed there.
    A candidate within 10% of a measured level, past a level that spent a budget, past the
-   user's limits or beyond ``max_requests`` / ``max_time_s`` is not run.
+   user's limits or beyond ``max_requests`` / ``max_time_s`` is not run (a level's time is
+   expected from its length: an open level's last send plus the last level's p95 latency, a
+   closed level's requests over the throughput the levels so far predict).
 
 Every level run is an ordinary level of the result (it fits like any other);
 ``result.meta["adaptive"]`` records the growth, why it stopped, the knee, the levels placed
@@ -384,7 +386,9 @@ class AdaptiveSearch:
             return "max_requests", f"max_requests {cfg.max_requests} would be passed"
         if cfg.max_time_s is not None:
             if plan.schedule is not None and len(plan.schedule):
-                need = float(plan.schedule.offsets_s[-1])
+                # its last send, then a drain: the last level's p95 latency
+                drain = self.outcomes[-1].p95_s if self.outcomes else 0.0
+                need = float(plan.schedule.offsets_s[-1]) + (drain if drain == drain else 0.0)
             elif plan.duration_s is not None:
                 need = plan.duration_s
             else:
@@ -408,7 +412,11 @@ class AdaptiveSearch:
         if not known:
             return
         over = [o for o in known if _overloaded(o)]
-        x_max, on = _plateau(known) if self.closed or not over else _plateau(over)
+        if self.closed or over:
+            x_max, on = _plateau(known if self.closed else over)
+        else:  # below capacity each level serves its own rate: the most is a lower bound
+            on = [max(known, key=lambda o: o.throughput)]
+            x_max = on[0].throughput
         self.knee_reached = self.stopped_by in ("throughput", "capacity")
         where = ", ".join(f"{o.value:g}" for o in on)
         if self.closed:

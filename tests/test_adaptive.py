@@ -95,13 +95,18 @@ def test_bad_auto_options_name_the_field(options, field):
         SweepConfig(**options)
 
 
-def test_auto_on_the_command_line():
+def test_auto_on_the_command_line_and_in_config():
     import argparse
+
+    from llmlat._ipython import LLMSweep
 
     parser = argparse.ArgumentParser()
     add_config_options(parser)
     args = parser.parse_args(["--concurrency", "auto", "--max-concurrency", "16"])
     assert SweepConfig(**options_from_args(args)).auto() == "concurrency"
+    defaults = LLMSweep()
+    defaults.rate = "auto"  # %config LLMSweep.rate = "auto"
+    assert defaults.rate == "auto"
 
 
 def test_auto_sweep_against_the_simulator(tmp_path):
@@ -125,3 +130,25 @@ def test_auto_sweep_against_the_simulator(tmp_path):
     assert llmlat.read(out).meta["adaptive"] == meta
     fit = llmlat.fit(result, model="mmc")  # an ordinary sweep to the fitting code
     assert fit.params["c"] == 2
+
+
+def test_auto_rate_against_the_simulator():
+    # capacity 2 x 100 = 200/s; 0.4 s a level; the time budget may cut the placement short
+    result = llmlat.sweep(
+        rate="auto",
+        start_rate=40,
+        duration_s=0.4,
+        max_time_s=3.0,
+        simulator={"mode": "mmc", "slots": 2, "mu": 100.0, "seed": 2},
+        progress=False,
+    )
+    meta = result.meta["adaptive"]
+    assert result.level_kind == "rate"
+    assert meta["growth_levels"][:3] == [40, 80, 160]
+    # past capacity at 320/s, or stopped by the time budget before it (the knee a lower bound)
+    assert meta["stopped_by"] in ("capacity", "max_time_s")
+    assert meta["knee_reached"] == (meta["stopped_by"] == "capacity")
+    assert 140 < meta["knee"] < 260
+    assert all(v < meta["knee"] for v in meta["placed_levels"])
+    assert set(meta["skipped_levels"].values()) <= {"max_time_s 3 would be passed"}
+    assert sorted(result.meta["levels"]) == sorted(result.requests["level"].unique())
