@@ -24,8 +24,10 @@ one at a time; each is chosen from what the levels before it measured.
    think time), the cycle taken by Little's law as ``1 / X_1`` (one client's throughput, over
    the same steady window as ``X_max``, so a slow first request, e.g. a cold prompt cache, does
    not move it): below ``N*`` requests rarely wait, above it throughput stays at capacity (for
-   ``c`` exponential servers ``N* = c``). ``X_max`` pools the levels on the plateau (those not
-   clearly below the best), as the largest of several noisy rates is biased high. Open loop:
+   ``c`` exponential servers ``N* = c``). ``X_max`` pools the levels on the plateau (the last
+   level that grew and those after it, not clearly below the best), as the largest of several
+   noisy rates is biased high; when growth stopped for another reason it is the most measured,
+   and the knee a lower bound. Open loop:
    the capacity ``lambda*``, the throughput of the levels served clearly less than offered
    (the most throughput measured when none was).
 
@@ -411,13 +413,15 @@ class AdaptiveSearch:
         known = [o for o in self.outcomes if o.throughput == o.throughput]
         if not known:
             return
-        over = [o for o in known if _overloaded(o)]
-        if self.closed or over:
-            x_max, on = _plateau(known if self.closed else over)
-        else:  # below capacity each level serves its own rate: the most is a lower bound
+        self.knee_reached = self.stopped_by in ("throughput", "capacity")
+        over = [] if self.closed else [o for o in known if _overloaded(o)]
+        if over:  # open levels past capacity each measure it
+            x_max, on = _plateau(over)
+        elif self.closed and self.knee_reached:  # the plateau: the last level that grew, on
+            x_max, on = _plateau([o for o in known if o.value >= self._anchor.value])
+        else:  # still growing: the most measured is a lower bound
             on = [max(known, key=lambda o: o.throughput)]
             x_max = on[0].throughput
-        self.knee_reached = self.stopped_by in ("throughput", "capacity")
         where = ", ".join(f"{o.value:g}" for o in on)
         if self.closed:
             first = self.outcomes[0]
