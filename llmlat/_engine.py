@@ -546,7 +546,9 @@ class Sweeper:
         if self._writer is None:
             return
         self._flush()
-        updates = {k: self._meta[k] for k in ("levels", "adaptive") if k in self._meta}
+        updates: dict[str, Any] = {
+            k: self._meta[k] for k in ("levels", "adaptive") if k in self._meta
+        }
         self._writer.close(
             {
                 "interrupted": self._interrupted,

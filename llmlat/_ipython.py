@@ -74,7 +74,7 @@ def _trait(spec: OptionSpec) -> TraitType:
     elif spec.choices:
         trait = Enum(spec.choices, None, allow_none=True)
     elif spec.levels:
-        kinds = [number(), List(number(), minlen=1)]
+        kinds: list[TraitType] = [number(), List(number(), minlen=1)]
         if spec.name in ("concurrency", "rate"):  # an adaptive sweep
             kinds.append(Enum([AUTO]))
         trait = Union(kinds, default_value=None, allow_none=True)
