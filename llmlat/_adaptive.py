@@ -3,7 +3,8 @@
 The engine (:class:`llmlat._engine.Sweeper`) runs the levels :meth:`AdaptiveSearch.plans` yields,
 one at a time; each is chosen from what the levels before it measured.
 
-1. **Grow.** Start light (one client; or ``start_rate``) and grow geometrically (x2 a level; an
+1. **Grow.** Start light (one client; or ``start_rate``, for :data:`AUTO_FIRST_REQUESTS`
+   requests unless a length is given) and grow geometrically (x2 a level; an
    open loop jumps further while it has fewer than 0.5 requests in flight, a load at which even
    one server is at most half busy) until one of:
 
@@ -58,6 +59,7 @@ import numpy as np
 from llmlat._loadshapes import LevelPlan
 from llmlat._notice import notice
 from llmlat.config import (
+    AUTO_FIRST_REQUESTS,
     AUTO_MAX_429_RATE,
     AUTO_MAX_CONCURRENCY,
     AUTO_START_RATE,
@@ -308,9 +310,14 @@ class AdaptiveSearch:
     # ------------------------------------------------------------------ decisions
 
     def _plan(self, value: float) -> LevelPlan:
+        cfg = self.config
         values = [*self.values, value]
-        levels = [int(v) for v in values] if self.closed else values
-        return self.config.plans(**{self.kind: levels})[-1]
+        levels: dict[str, Any] = {self.kind: [int(v) for v in values] if self.closed else values}
+        if not self.closed and cfg.requests is None and cfg.duration_s is None:
+            # the default length is 1,000 arrivals (1,000 s at 1/s): the light first level
+            # only times a lone request
+            levels["requests"] = [AUTO_FIRST_REQUESTS] + [None] * (len(values) - 1)
+        return cfg.plans(**levels)[-1]
 
     def _observe(self, outcome: LevelOutcome, *, grow: bool = True) -> None:
         if not self.outcomes:

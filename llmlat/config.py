@@ -78,6 +78,7 @@ AUTO = "auto"
 #: Defaults of the adaptive sweep's limits (see :mod:`llmlat._adaptive`).
 AUTO_MAX_CONCURRENCY = 256
 AUTO_START_RATE = 1.0
+AUTO_FIRST_REQUESTS = 20
 AUTO_MAX_429_RATE = 0.05
 
 _PLACEHOLDER_URL = "http://127.0.0.1"  # validates the target's options before the URL is known
@@ -260,7 +261,9 @@ class SweepConfig:
     )
     start_rate: float | None = _option(
         None,
-        f"rate auto: the first, light rate, requests/s (default {AUTO_START_RATE:g}).",
+        f"rate auto: the first, light rate, requests/s (default {AUTO_START_RATE:g}); without "
+        f"requests or duration_s it sends {AUTO_FIRST_REQUESTS} requests, enough to time one "
+        "request alone.",
         group="auto",
         kind=float,
         metavar="R",
@@ -520,7 +523,8 @@ class SweepConfig:
         Parameters
         ----------
         **levels
-            ``concurrency=[...]`` or ``rate=[...]``: plan these levels with the other options.
+            ``concurrency=[...]`` or ``rate=[...]`` (and per-level ``requests``): plan these
+            levels with the other options.
 
         Returns
         -------
@@ -913,35 +917,32 @@ def _without_name(exc: ValueError) -> str:
     return rest if sep and name.isidentifier() else text
 
 
-def _plan(config: SweepConfig, trace: Any, **levels: Any) -> list[LevelPlan]:
-    """Plan the levels of ``config``; ``levels`` (concurrency or rate) replace its own.
+def _plan(config: SweepConfig, trace: Any, **overrides: Any) -> list[LevelPlan]:
+    """Plan the levels of ``config``; ``overrides`` replace options of :func:`plan_levels`.
 
-    An adaptive sweep is planned one level at a time (:mod:`llmlat._adaptive`); its config
-    plans its first level.
+    An adaptive sweep is planned one level at a time (:mod:`llmlat._adaptive`, with the levels
+    so far as overrides); its config plans its first level.
     """
     auto = config.auto()
-    if auto is not None and not levels:
+    if auto is not None and not overrides:
         first = 1 if auto == "concurrency" else (config.start_rate or AUTO_START_RATE)
-        levels = {auto: [first]}
-    levels = {
+        overrides = {auto: [first]}
+    options = {
         "concurrency": config.concurrency,
         "rate": config.rate,
-        **levels,
+        "trace": trace,
+        "think_time_s": config.think_time_s,
+        "arrival": config.arrival,
+        "burstiness": config.burstiness,
+        "max_in_flight": config.max_in_flight,
+        "requests": config.requests,
+        "duration_s": config.duration_s,
+        "warmup": config.warmup,
+        "warmup_s": config.warmup_s,
+        "seed": config.seed,
+        "trace_speed": config.trace_speed,
     }
-    return plan_levels(
-        **levels,
-        trace=trace,
-        think_time_s=config.think_time_s,
-        arrival=config.arrival,
-        burstiness=config.burstiness,
-        max_in_flight=config.max_in_flight,
-        requests=config.requests,
-        duration_s=config.duration_s,
-        warmup=config.warmup,
-        warmup_s=config.warmup_s,
-        seed=config.seed,
-        trace_speed=config.trace_speed,
-    )
+    return plan_levels(**{**options, **overrides})
 
 
 SweepConfig.__doc__ = _with_options_doc(SweepConfig.__doc__)
