@@ -103,7 +103,8 @@ class LevelOutcome:
     mean_latency_s, p95_s : float
         Of the ok requests past the transient.
     rate_limited : float
-        Share of the level's requests that ended in a 429.
+        429 answers per request of the level: the larger of the share of requests that ended
+        in a 429 and the attempts answered 429 (retried ones too) over the requests.
     sent : int
         Requests the level issued (every phase).
     wall_s : float
@@ -121,13 +122,17 @@ class LevelOutcome:
     wall_s: float
 
 
-def level_outcome(requests: pd.DataFrame, value: float) -> LevelOutcome:
+def level_outcome(
+    requests: pd.DataFrame, attempts: pd.DataFrame | None, value: float
+) -> LevelOutcome:
     """Read a finished level's requests (every phase) the way the summary does.
 
     Parameters
     ----------
     requests : pandas.DataFrame
         The level's rows (:data:`llmlat.schema.REQUEST_COLUMNS`).
+    attempts : pandas.DataFrame or None
+        Its HTTP attempts (:data:`llmlat.schema.ATTEMPT_COLUMNS`), for the 429s retried.
     value : float
         The level.
 
@@ -135,10 +140,15 @@ def level_outcome(requests: pd.DataFrame, value: float) -> LevelOutcome:
     -------
     LevelOutcome
     """
+    import pandas as pd
+
     from llmlat import stats
     from llmlat._summary import summarize
 
-    row = summarize(requests).iloc[0]
+    if not len(requests):  # stopped before it sent anything
+        nan = math.nan
+        return LevelOutcome(value, nan, nan, nan, nan, nan, 0.0, 0, nan)
+    row = summarize(requests, attempts).iloc[0]
     phase = stats.phases(requests)
     start, end = stats.row_times(requests)
     x, low, high = stats.throughput_interval(
@@ -146,7 +156,9 @@ def level_outcome(requests: pd.DataFrame, value: float) -> LevelOutcome:
     )
     done = np.isfinite(start) & np.isfinite(end)
     wall = float(end[done].max() - start[done].min()) if done.any() else math.nan
-    limited = row["rate_limited_rate"]
+    limited = np.nanmax([row["rate_limited_rate"], 0.0])
+    if "http_429" in row and row["http_429"] is not pd.NA:
+        limited = max(limited, float(row["http_429"]) / max(1, int(row["n"])))
     return LevelOutcome(
         value,
         x,
@@ -154,7 +166,7 @@ def level_outcome(requests: pd.DataFrame, value: float) -> LevelOutcome:
         high,
         float(row["latency_mean_s"]),
         float(row["latency_p95_s"]),
-        float(limited) if limited == limited else 0.0,
+        float(limited),
         len(requests),
         wall,
     )
@@ -215,17 +227,21 @@ class AdaptiveSearch:
 
     def plans(
         self,
-        rows: Callable[[float], pd.DataFrame],
+        rows: Callable[[float], tuple[pd.DataFrame, pd.DataFrame | None]],
         elapsed_s: Callable[[], float],
+        stopped: Callable[[], bool] = lambda: False,
     ) -> Iterator[LevelPlan]:
         """Yield the levels to run, reading each one's rows after it ran.
 
         Parameters
         ----------
         rows : callable
-            ``rows(level)``: the finished requests of a level that ran.
+            ``rows(level)``: the finished requests of a level that ran, and their attempts
+            (or None).
         elapsed_s : callable
             Seconds since the sweep started.
+        stopped : callable
+            Whether the sweep was stopped: then nothing more is chosen.
 
         Yields
         ------
@@ -240,7 +256,10 @@ class AdaptiveSearch:
                 self._stop(reason[0], reason[1])
                 break
             yield plan
-            self._observe(level_outcome(rows(plan.value), plan.value))
+            self._observe(level_outcome(*rows(plan.value), plan.value))
+            if stopped():
+                self._stop("stopped", "the sweep was stopped")
+                return
             value = self._next_growth()
         self._find_knee()
         candidates = self._candidates()
@@ -253,7 +272,9 @@ class AdaptiveSearch:
                 continue
             self.placed.append(value)
             yield plan
-            self._observe(level_outcome(rows(plan.value), plan.value), grow=False)
+            self._observe(level_outcome(*rows(plan.value), plan.value), grow=False)
+            if stopped():
+                return
 
     def meta(self) -> dict[str, Any]:
         """Return what the search did, for ``result.meta``: the levels and ``adaptive``.

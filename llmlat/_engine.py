@@ -308,10 +308,13 @@ class Sweeper:
         if self._search is None:
             return self._plans
 
-        def rows(level: float) -> Any:
-            return requests_frame([r for r in self._issued if r.level == level])
+        def rows(level: float) -> tuple[Any, Any]:
+            return (
+                requests_frame([r for r in self._issued if r.level == level]),
+                attempts_frame([a for a in self._attempts if a.level == level]),
+            )
 
-        return self._search.plans(rows, self._now)
+        return self._search.plans(rows, self._now, lambda: self._stopping)
 
     async def _run_level(self, plan: LevelPlan, client: Client) -> None:
         if self.config.preconnect:  # before the level's clock starts: connects are not its latency
