@@ -35,8 +35,9 @@ one at a time; each is chosen from what the levels before it measured.
 3. **Place levels around it** where they identify the model best. Closed loop: ``N*`` times
    0.5, 0.75, 1, 1.25, 1.5, 2: the levels below it pin the service time, those above pin the
    capacity ``c mu``, the ones near it the number of servers (where the curve bends). Open
-   loop: ``lambda*`` times 0.5, 0.7, 0.8, 0.9, where waiting grows fastest with load and so
-   says most about ``c``; a level past capacity never settles, so none is placed there.
+   loop: 0.5, 0.7, 0.8, 0.9 times ``lambda*`` (its one-sided 95% lower bound, when measured
+   past capacity), where waiting grows fastest with load and so says most about ``c``; a
+   level past capacity never settles, so none is placed there.
    A candidate within 10% of a measured level, past a level that spent a budget, past the
    user's limits or beyond ``max_requests`` / ``max_time_s`` is not run (a level's time is
    expected from its length: an open level's last send plus the last level's p95 latency, a
@@ -204,6 +205,7 @@ class AdaptiveSearch:
         self.stop_detail = ""
         self.budget_level = math.inf  # no level at or past it (it spent a budget)
         self.knee = math.nan
+        self.base = math.nan  # open loop: what the levels are placed below
         self.knee_rule = ""
         self.knee_reached = False
         self.placed: list[float] = []
@@ -298,6 +300,7 @@ class AdaptiveSearch:
                 "stopped_by": self.stopped_by,
                 "stop_detail": self.stop_detail,
                 "knee": None if math.isnan(self.knee) else self.knee,
+                "placed_below": None if math.isnan(self.base) else self.base,
                 "knee_reached": self.knee_reached,
                 "knee_rule": self.knee_rule,
                 "placed_levels": list(self.placed),
@@ -444,12 +447,12 @@ class AdaptiveSearch:
         self.knee_reached = self.stopped_by in ("throughput", "capacity")
         over = [] if self.closed else [o for o in known if _overloaded(o)]
         if over:  # open levels past capacity each measure it
-            x_max, on = _plateau(over)
+            x_max, se, on = _plateau(over)
         elif self.closed and self.knee_reached:  # the plateau: the last level that grew, on
-            x_max, on = _plateau([o for o in known if o.value >= self._anchor.value])
+            x_max, se, on = _plateau([o for o in known if o.value >= self._anchor.value])
         else:  # still growing: the most measured is a lower bound
             on = [max(known, key=lambda o: o.throughput)]
-            x_max = on[0].throughput
+            x_max, se = on[0].throughput, math.nan
         where = ", ".join(f"{o.value:g}" for o in on)
         if self.closed:
             first = self.outcomes[0]
@@ -461,12 +464,15 @@ class AdaptiveSearch:
                 f"{1 / first.throughput:.3g}s"
             )
         else:
-            self.knee = x_max
+            self.knee = self.base = x_max
             self.knee_rule = (
                 f"the throughput served at rate {where}/s, past capacity"
                 if over
                 else f"the most throughput measured, at rate {where}/s"
             )
+            if over and se == se:  # levels go below its lower bound: none past capacity
+                self.base = max(0.0, x_max - _Z90 * se)
+                self.knee_rule += f"; levels placed below its 95% lower bound {self.base:.3g}/s"
 
     def _candidates(self) -> list[float]:
         if math.isnan(self.knee):
@@ -474,8 +480,9 @@ class AdaptiveSearch:
         places = CLOSED_PLACES if self.closed else OPEN_PLACES
         low = 1.0 if self.closed else 0.0
         out: list[float] = []
+        base = self.knee if self.closed else self.base
         for f in places:
-            v = self.knee * f
+            v = base * f
             v = float(max(1, round(v))) if self.closed else _round(v)
             if v < low or v > self.ceiling or v >= self.budget_level:
                 continue
@@ -503,17 +510,17 @@ def _overloaded(outcome: LevelOutcome) -> bool:
     return outcome.high < _SERVED * outcome.value
 
 
-def _plateau(known: list[LevelOutcome]) -> tuple[float, list[LevelOutcome]]:
+def _plateau(known: list[LevelOutcome]) -> tuple[float, float, list[LevelOutcome]]:
     """Return the most throughput measured: the levels not clearly below the best, pooled.
 
     The largest of several noisy throughputs is biased high; the levels on the plateau
     (within 95% of the best's by their intervals) all measure it, so their
-    inverse-variance weighted mean is the estimate.
+    inverse-variance weighted mean is the estimate; its standard error comes with it.
     """
     best = max(known, key=lambda o: o.throughput)
     se = {id(o): (o.high - o.low) / (2 * _Z95) for o in known}
     if not all(s > 0 for s in se.values()):
-        return best.throughput, [best]
+        return best.throughput, math.nan, [best]
     on = [
         o
         for o in known
@@ -521,7 +528,7 @@ def _plateau(known: list[LevelOutcome]) -> tuple[float, list[LevelOutcome]]:
     ]
     weights = np.array([1 / se[id(o)] ** 2 for o in on])
     x = float(np.dot(weights, [o.throughput for o in on]) / weights.sum())
-    return x, sorted(on, key=lambda o: o.value)
+    return x, float(weights.sum() ** -0.5), sorted(on, key=lambda o: o.value)
 
 
 def _grows(last: LevelOutcome, best: LevelOutcome) -> bool:
