@@ -15,8 +15,8 @@ one at a time; each is chosen from what the levels before it measured.
      than :data:`MIN_GAIN` (short levels have wide intervals: one more level decides);
    - an open level is served clearly less than offered (its throughput interval lies below
      95% of the rate): it is past capacity;
-   - a budget is spent: the level's p95 latency exceeds ``max_p95_s``, or more than
-     ``max_429_rate`` of its requests ended in a 429;
+   - a budget is spent: the level's p95 latency exceeds ``max_p95_s``, or it had more than
+     ``max_429_rate`` 429 answers per request (final ones, or retried);
    - a limit: ``max_concurrency`` / ``max_rate`` reached, or the next level would pass
      ``max_requests`` / ``max_time_s``.
 
@@ -368,7 +368,7 @@ class AdaptiveSearch:
             self.budget_level = last.value
             self._stop(
                 "429_budget",
-                f"{last.rate_limited:.1%} of requests got 429 > max_429_rate {self.max_429:g} {at}",
+                f"{last.rate_limited:.3g} 429s per request > max_429_rate {self.max_429:g} {at}",
             )
             return None
         if not self.closed and _overloaded(last):

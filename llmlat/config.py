@@ -254,14 +254,14 @@ class SweepConfig:
     # -- adaptive sweeps (llmlat._adaptive)
     max_concurrency: int | None = _option(
         None,
-        f"concurrency auto: the largest level the search may try (default {AUTO_MAX_CONCURRENCY}).",
+        f"Concurrency auto: the largest level the search may try (default {AUTO_MAX_CONCURRENCY}).",
         group="auto",
         kind=int,
         metavar="N",
     )
     start_rate: float | None = _option(
         None,
-        f"rate auto: the first, light rate, requests/s (default {AUTO_START_RATE:g}); without "
+        f"Rate auto: the first, light rate, requests/s (default {AUTO_START_RATE:g}); without "
         f"requests or duration_s it sends {AUTO_FIRST_REQUESTS} requests, enough to time one "
         "request alone.",
         group="auto",
@@ -270,7 +270,7 @@ class SweepConfig:
     )
     max_rate: float | None = _option(
         None,
-        "rate auto: the largest rate the search may try, requests/s (default: none).",
+        "Rate auto: the largest rate the search may try, requests/s (default: none).",
         group="auto",
         kind=float,
         metavar="R",
@@ -297,8 +297,8 @@ class SweepConfig:
     )
     max_429_rate: float | None = _option(
         None,
-        "Auto sweeps: stop growing once more than this share of a level's requests end in "
-        f"a 429, and place no level at or past it (default {AUTO_MAX_429_RATE:g}).",
+        "Auto sweeps: stop growing once a level has more 429s than this per request (final "
+        f"or retried), and place no level at or past it (default {AUTO_MAX_429_RATE:g}).",
         group="auto",
         kind=float,
         metavar="SHARE",
