@@ -78,6 +78,16 @@ def test_budgets_stop_growth_and_bound_placement():
     assert all(v < search.growth[-1] for v in search.placed)
 
 
+def test_a_limit_below_the_knee_gives_a_lower_bound():
+    search, run = _search(
+        SweepConfig(concurrency="auto", max_concurrency=3),
+        lambda n: mgc_sweep("concurrency", [n], mu=1.0, c=8, seed=1, length=0.5),
+    )
+    assert search.growth == [1, 2, 3] and search.stopped_by == "limit"
+    assert not search.knee_reached and max(run) == 3
+    assert "at least" in search.summary_line([])
+
+
 def test_time_budget_counts_what_a_level_would_take():
     # one client served at ~1/s: 100 requests at two clients would take ~50 s, past 30 s
     search, run = _search(
