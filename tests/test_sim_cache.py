@@ -79,7 +79,12 @@ def anthropic_body(marks: int = 1) -> dict:
         {"type": "text", "text": f"part {i} " * 10, "cache_control": {"type": "ephemeral"}}
         for i in range(marks)
     ]
-    return {"model": "m", "max_tokens": 3, "system": blocks, "messages": [{"role": "user", "content": "hi"}]}
+    return {
+        "model": "m",
+        "max_tokens": 3,
+        "system": blocks,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
 
 
 def test_concurrent_requests_all_write_and_later_ones_read_over_http():

@@ -110,9 +110,9 @@ def cacheable_system(payload: dict[str, Any], api: str) -> dict[str, Any]:
             return body
     elif api == "openai-chat":
         messages = body.get("messages")
-        if messages and isinstance(messages[0], dict):
-            if messages[0].get("role") in ("system", "developer"):
-                return body
+        first = messages[0] if isinstance(messages, list) and messages else None
+        if isinstance(first, dict) and first.get("role") in ("system", "developer"):
+            return body
     else:
         raise ValueError(f"cache_system_prompt: {api} has no system prompt to cache")
     where = "a 'system' field" if api == "anthropic-messages" else "a first system message"

@@ -156,7 +156,7 @@ class PrefixCache:
                 entry = self._entries[key] = _Entry(tokens[key], now + self.ttl_s)
                 if len(self._entries) > _MAX_ENTRIES:
                     self._entries.popitem(last=False)
-            entry.writers = [w for w in entry.writers if not w.finished][-63:] + [seq]
+            entry.writers = [*[w for w in entry.writers if not w.finished][-63:], seq]
             self._touch(key, now)
 
     def _live(self, key: int, now: float) -> _Entry | None:

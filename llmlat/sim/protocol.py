@@ -303,7 +303,7 @@ def _parse_anthropic(body: dict, parsed: Parsed) -> None:
 def _prefixes(
     family: str, texts: list[str], ends: Any, roles: list[str] | None = None
 ) -> list[Prefix]:
-    """The prefixes ending at the blocks ``ends`` (ascending), keyed by everything before."""
+    """Return the prefixes ending at blocks ``ends`` (ascending), keyed by all before."""
     out, key, tokens, start = [], hash(family), 0, 0
     for end in ends:
         for i in range(start, end + 1):
