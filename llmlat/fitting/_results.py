@@ -532,7 +532,7 @@ class FitResult:
                         "tokens_per_request: needed with tpm (the data has no token counts)"
                     )
             limits["tpm limit"] = tpm / 60.0 / tok
-        if budget_usd_per_hour is not None:
+        if budget_usd_per_hour is not None and cost_per_request_usd is not None:
             limits["budget"] = budget_usd_per_hour / 3600.0 / cost_per_request_usd
         limit = min(limits.values(), default=np.inf)
         ucap = cap_low * max_utilization if max_utilization is not None else np.inf

@@ -557,12 +557,12 @@ class Replica:
                     fault = name
                     break
         row.outcome = fault
-        use = self.cache.lookup(row.api, prefixes, now) if prefixes and cfg.cache_ttl_s else None
-        read = use.read_tokens if use else 0
-        row.cached_tokens = read
+        prefixes = prefixes if cfg.cache_ttl_s else None
+        use = self.cache.lookup(row.api, prefixes, now) if prefixes else None
+        row.cached_tokens = use.read_tokens if use else 0
         row.cache_creation_tokens = use.write_tokens if use else 0
-        seq = Sequence(self.loop, row, n, prompt_tokens - read, fault, service_s)
-        if use and use.writes:
+        seq = Sequence(self.loop, row, n, prompt_tokens - row.cached_tokens, fault, service_s)
+        if prefixes and use and use.writes:
             self.cache.wrote(use, seq, prefixes, now)
         return seq
 
