@@ -95,9 +95,30 @@ def test_concurrent_requests_all_write_and_later_ones_read_over_http():
             )
             after = await call(session, sim.url, "anthropic-messages", anthropic_body())
             five = await call(session, sim.url, "anthropic-messages", anthropic_body(marks=5))
-            return [r.json()["usage"] for r in together], after.json()["usage"], five, sim.truth()
+            # the old defect: a second breakpoint on each request's own question keyed the cache
+            # on the whole prompt, so every request wrote and none read the shared system prefix
+            asks = []
+            for question in ("Can I return a helmet?", "Do you fix brakes?"):
+                body = anthropic_body()
+                body["messages"] = [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "text",
+                                "text": question,
+                                "cache_control": {"type": "ephemeral"},
+                            }
+                        ],
+                    }
+                ]
+                asks.append((await call(session, sim.url, "anthropic-messages", body)).json())
+            usage = [r.json()["usage"] for r in together]
+            return usage, after.json()["usage"], five, asks, sim.truth()
 
-    together, after, five, truth = asyncio.run(go())
+    together, after, five, asks, truth = asyncio.run(go())
+    second = asks[1]["usage"]
+    assert (second["cache_read_input_tokens"], second["cache_creation_input_tokens"]) == (1468, 5)
     assert [u["cache_creation_input_tokens"] for u in together] == [1468] * 3
     assert [u["cache_read_input_tokens"] for u in together] == [0] * 3
     assert after["cache_read_input_tokens"] == 1468 and after["cache_creation_input_tokens"] == 0
