@@ -165,3 +165,18 @@ def test_sweep_records_the_cache_and_a_hit_prefills_faster():
     assert (on["prompt_tokens"] == 1451).all()
     # relative: the hits skip a prefill 30x their remaining step time
     assert on["ttft_s"].iloc[1:].median() < 0.5 * off["ttft_s"].median()
+
+
+def test_a_refused_request_never_writes():
+    """A 429 is answered before the cache: the retry that gets in writes, not the refusal."""
+
+    async def go():
+        async with Simulator(**FAST, rpm=1) as sim, aiohttp.ClientSession() as session:
+            first = await call(session, sim.url, "anthropic-messages", anthropic_body())
+            refused = await call(session, sim.url, "anthropic-messages", anthropic_body(marks=2))
+            return first, refused, sim.truth()
+
+    first, refused, truth = asyncio.run(go())
+    assert first.status == 200 and refused.status == 429
+    assert truth["cache_creation_tokens"].tolist()[0] == 1468
+    assert truth["cache_creation_tokens"].isna().tolist() == [False, True]
