@@ -87,7 +87,8 @@ def test_plan_takes_a_budget_and_names_it_when_it_binds():
     budget = 0.5 * free.rate_rps * 3600 * cost  # half the rate the cap allows
     tight = res.plan(max_utilization=0.7, budget_usd_per_hour=budget, cost_per_request_usd=cost)
     assert tight.binding == "budget" and "budget" in tight.describe()
-    assert tight.rate_rps == pytest.approx(0.5 * free.rate_rps)
+    assert tight.rate_rps == pytest.approx(0.5 * free.rate_rps) == tight.budget_rate_rps
+    assert np.isinf(free.budget_rate_rps)
     loose = res.plan(max_utilization=0.7, budget_usd_per_hour=1e6, cost_per_request_usd=cost)
     assert loose.binding == free.binding == "utilization cap"
     assert loose.rate_rps == pytest.approx(free.rate_rps)

@@ -172,6 +172,9 @@ class Plan:
         views say "not identified".
     check : PlanCheck or None
         The confirmation sweep at the recommended load (:func:`llmlat.verify_plan`).
+    budget_rate_rps : float
+        Rate the spend budget allows, ``budget_usd_per_hour / 3600 / cost_per_request_usd``
+        (``inf`` without a budget); part of ``limit_rate_rps``.
     """
 
     target: str
@@ -193,6 +196,7 @@ class Plan:
     target_s: float = math.nan
     capacity_identified: bool = True
     check: PlanCheck | None = None
+    budget_rate_rps: float = math.inf
 
     def to_frame(self, text: bool = False) -> pd.DataFrame:
         """Return the plan as a one-column table.

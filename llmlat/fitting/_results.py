@@ -603,6 +603,7 @@ class FitResult:
             statistic=stat,
             target_s=value,
             capacity_identified=self.capacity_identified,
+            budget_rate_rps=float(limits.get("budget", np.inf)),
         )
 
     def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:
