@@ -39,6 +39,7 @@ EXIT_CODES = {
     1: "an unexpected error (a bug: please report it)",
     2: "bad usage: an invalid option or input, explained in one line",
     3: "no request of the sweep succeeded (connection refused, TLS, 401, ...): the last error",
+    4: "(report) written without a fitted model, so without a plan: the note says why",
     130: "interrupted (Ctrl-C); what was measured is printed and saved",
 }
 
