@@ -52,6 +52,9 @@ def test_minimum_ttl_refresh_and_longest_prefix():
     other = [Prefix(2, 1500), Prefix(4, 2500)]
     assert use(cache, "anthropic-messages", other, 460.0) == (1500, 1000)
     assert use(cache, "anthropic-messages", two, 760.0) == (0, 4000)  # idle 310 s: expired
+    # a breakpoint added before a cached one: the cached longer prefix still reads
+    assert use(cache, "anthropic-messages", [Prefix(8, 3000)], 800.0) == (0, 3000)
+    assert use(cache, "anthropic-messages", [Prefix(9, 1200), Prefix(8, 3000)], 801.0) == (3000, 0)
 
 
 def test_openai_counts_128_token_steps_and_reports_no_write():

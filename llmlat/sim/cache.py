@@ -127,7 +127,8 @@ class PrefixCache:
                 extra = (matched - self.min_tokens) // _OPENAI_STEP * _OPENAI_STEP
                 use.read_tokens = self.min_tokens + extra
             for prefix in cacheable[: hit + 1]:  # a use refreshes the prefix and what it holds
-                self._touch(prefix.key, now)
+                if prefix.key in self._entries:
+                    self._touch(prefix.key, now)
         longer = cacheable[hit + 1 :]
         if longer:
             use.writes = [p.key for p in longer]
