@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmlat._adaptive import AdaptiveSearch
-from llmlat._apis import make_payload
+from llmlat._apis import cacheable_system, make_payload
 from llmlat._client import Client, FailFast, list_models
 from llmlat._fdlimit import ensure_open_files
 from llmlat._loadshapes import LevelPlan
@@ -116,7 +116,9 @@ class Sweeper:
         self._model = cfg.model
         self._fail_fast = FailFast()
         self._payload = payload  # shards (llmlat._shard) receive it as given
-        self._payload_of = _payload_source(payload, cfg.api, self._plans, cfg.seed)
+        self._payload_of = _payload_source(
+            payload, cfg.api, self._plans, cfg.seed, cfg.cache_system_prompt
+        )
         self._payload_summary = _payload_summary(payload)
         # issue 11: checked before anything is sent, so a bad path never costs a run
         self._save = (
@@ -728,9 +730,14 @@ def _resolve(future: asyncio.Future) -> None:
 
 
 def _payload_source(
-    payload: Any, api: str, plans: list[LevelPlan], seed: int = 0
+    payload: Any, api: str, plans: list[LevelPlan], seed: int = 0, cache_system: bool = False
 ) -> Callable[[Record], dict]:
     """Return ``f(record) -> payload dict``, validating what can be validated up front."""
+
+    def build(item: Any) -> dict:
+        body = make_payload(item, api)
+        return cacheable_system(body, api) if cache_system else body
+
     if isinstance(payload, str):
         text = payload.strip()
         if text.startswith("{"):
@@ -742,13 +749,13 @@ def _payload_source(
         payload = DEFAULT_PROMPT
     if callable(payload):
         func = payload
-        return lambda record: make_payload(func(record.request_id), api)
+        return lambda record: build(func(record.request_id))
     if isinstance(payload, list | tuple):
         if not payload:
             raise ValueError("payload: the list of payloads is empty")
-        items = [make_payload(p, api) for p in payload]
+        items = [build(p) for p in payload]
         return lambda record: items[record.request_id % len(items)]
-    base = make_payload(payload, api)
+    base = build(payload)
     schedule = plans[0].schedule if plans[0].kind == "trace" else None
     if schedule is None or (schedule.prompt_tokens is None and schedule.completion_tokens is None):
         return lambda record: base

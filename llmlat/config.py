@@ -173,6 +173,15 @@ class SweepConfig:
         kind=int,
         metavar="N",
     )
+    cache_system_prompt: bool = _option(
+        False,
+        "Mark the payload's system prompt cacheable: Anthropic gets cache_control ephemeral on "
+        "its last system block; OpenAI caches prompts of 1,024+ tokens by itself (nothing is "
+        "sent; the system message is the stable prefix). Records keep cached_tokens and "
+        "cache_creation_tokens as the server reports them.",
+        group="target",
+        kind=bool,
+    )
     simulator: Any = _option(  # noqa: RUF009 (a field)
         None,
         "Without url: the built-in simulator to measure, a preset name (e.g. article), a "
@@ -584,7 +593,13 @@ class SweepConfig:
     # ------------------------------------------------------------------ checks
 
     def _check_run(self) -> None:
-        for name in ("simulator_process", "progress", "overwrite", "preconnect"):
+        for name in (
+            "simulator_process",
+            "progress",
+            "overwrite",
+            "preconnect",
+            "cache_system_prompt",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
         if not (

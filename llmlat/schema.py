@@ -86,6 +86,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "prompt_tokens": _I,
     "completion_tokens": _I,
     "cached_tokens": _I,
+    "cache_creation_tokens": _I,
 }
 
 #: Column name -> pandas dtype of the attempts table (one row per HTTP attempt).
@@ -168,6 +169,7 @@ class Record:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None
 
 
 @dataclass(slots=True)
