@@ -6,9 +6,10 @@ change. Measure with :func:`sweep` (or :func:`asweep` under a running event loop
 :class:`SweepConfig` (its views: the :class:`Target` and the :class:`RetryPolicy`). Get a
 :class:`SweepResult` back (:func:`read` opens a saved one); fit queueing models with :func:`fit`
 and :func:`compare` (a :class:`FitResult`; :func:`verify_plan` measures its ``plan()``); test
-against the built-in :class:`Simulator` (a :class:`SimConfig`). :mod:`llmlat.datasets`,
-:mod:`llmlat.plot`, :mod:`llmlat.queueing` and :mod:`llmlat.schema` (the columns of
-:class:`Record` and :class:`Attempt`) are public modules.
+against the built-in :class:`Simulator` (a :class:`SimConfig`); price requests from the tokens
+the server reported with :class:`Prices` (:func:`request_costs`, ``summary(prices=...)``).
+:mod:`llmlat.datasets`, :mod:`llmlat.plot`, :mod:`llmlat.queueing` and :mod:`llmlat.schema`
+(the columns of :class:`Record` and :class:`Attempt`) are public modules.
 
 Heavy pieces (statsmodels, seaborn, the simulator) load on first use, so ``import llmlat`` stays
 cheap and never imports IPython or patches asyncio.
@@ -39,6 +40,8 @@ _LAZY = {
     "Record": "llmlat.schema",
     "Attempt": "llmlat.schema",
     "verify_plan": "llmlat._verify",
+    "Prices": "llmlat.cost",
+    "request_costs": "llmlat.cost",
 }
 # public modules, reachable as attributes without importing them first (``sim`` too, for the
 # names it has always offered, though its two public classes are exported here)
@@ -47,6 +50,7 @@ _SUBMODULES = ("datasets", "plot", "queueing", "schema", "sim")
 __all__ = [
     "Attempt",
     "FitResult",
+    "Prices",
     "Record",
     "RetryPolicy",
     "SimConfig",
@@ -63,6 +67,7 @@ __all__ = [
     "plot",
     "queueing",
     "read",
+    "request_costs",
     "schema",
     "sweep",
     "verify_plan",
@@ -73,6 +78,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llmlat._engine import Sweeper, asweep, sweep
     from llmlat._verify import verify_plan
     from llmlat.config import RetryPolicy, SweepConfig, Target
+    from llmlat.cost import Prices, request_costs
     from llmlat.fitting import FitResult, compare, fit
     from llmlat.results import SweepResult, read
     from llmlat.schema import Attempt, Record

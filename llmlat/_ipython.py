@@ -44,7 +44,7 @@ from llmlat.cli.options import (
     flag_message,
     options_from_args,
 )
-from llmlat.config import OptionSpec, option_specs
+from llmlat.config import AUTO, OptionSpec, option_specs
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -80,7 +80,10 @@ def _trait(spec: OptionSpec) -> TraitType:
     elif spec.choices:
         trait = Enum(spec.choices, None, allow_none=True)
     elif spec.levels:
-        trait = Union([number(), List(number(), minlen=1)], default_value=None, allow_none=True)
+        kinds: list[TraitType] = [number(), List(number(), minlen=1)]
+        if spec.name in ("concurrency", "rate"):  # an adaptive sweep
+            kinds.append(Enum([AUTO]))
+        trait = Union(kinds, default_value=None, allow_none=True)
     elif spec.kind in (int, float):
         trait = number(None, allow_none=True)
     elif spec.kind is dict:

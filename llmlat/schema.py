@@ -86,6 +86,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "prompt_tokens": _I,
     "completion_tokens": _I,
     "cached_tokens": _I,
+    "cache_creation_tokens": _I,
     "meets_slo": "boolean",  # the sweep's slo= met (llmlat.stats.meets_slo); <NA> without one
 }
 
@@ -183,6 +184,7 @@ class Record:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None
     meets_slo: bool | None = None
 
 

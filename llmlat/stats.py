@@ -68,6 +68,7 @@ __all__ = [
     "row_times",
     "steady_window",
     "throughput",
+    "throughput_interval",
     "transient_mask",
 ]
 
@@ -553,6 +554,59 @@ def meets_slo(requests: pd.DataFrame, slo: dict[str, float]) -> np.ndarray:
             within |= np.isnan(values) & (column(requests, "chunks") <= 1)
         met &= within
     return met
+
+
+def throughput_interval(
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+    transient: np.ndarray,
+    measured: np.ndarray,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float]:
+    """Return the throughput of :func:`throughput` with its interval.
+
+    The window the rate is taken over is cut into equal sub-windows (up to 20, with at least
+    5 completions each on average), taken as batches; the interval is the wider of the
+    Student-t interval of their mean completion rate (completions bunch when requests share a
+    queue state, so the counts of whole sub-windows can vary more than a Poisson count) and
+    the normal interval of a Poisson count.
+
+    Parameters
+    ----------
+    start, end, ok, transient, measured : numpy.ndarray
+        As for :func:`throughput`.
+    confidence : float, default 0.95
+        Coverage of the interval.
+
+    Returns
+    -------
+    tuple of float
+        ``(rate, low, high)`` per second; the bounds are NaN with fewer than 2 completions.
+    """
+    from scipy.stats import norm, t  # lazy: scipy is slow to import
+
+    rate, windowed = throughput(start, end, ok, transient, measured)
+    done = ok & np.isfinite(end)
+    if math.isnan(rate):
+        return math.nan, math.nan, math.nan
+    if windowed:
+        a, b = steady_window(start[measured], end[measured], transient[measured])
+        ends = end[done & (end > a) & (end <= b)]
+    else:
+        known = measured & np.isfinite(start) & np.isfinite(end)
+        a, b = float(start[known].min()), float(end[known].max())
+        ends = end[done & measured]
+    n = len(ends)
+    if n < 2 or b <= a:
+        return rate, math.nan, math.nan
+    half = float(norm.ppf(0.5 + confidence / 2)) * math.sqrt(n) / (b - a)
+    bins = min(_MAX_BATCHES, n // _MIN_BATCH)
+    if bins >= 4:
+        rates = np.histogram(ends, bins=bins, range=(a, b))[0] / ((b - a) / bins)
+        se = float(rates.std(ddof=1)) / math.sqrt(bins)  # the sub-windows are the batches
+        half = max(half, float(t.ppf(0.5 + confidence / 2, bins - 1)) * se)
+    return rate, max(0.0, rate - half), rate + half
 
 
 def batch_means(values: np.ndarray, min_batch: int = 1) -> tuple[float, float, float]:

@@ -134,7 +134,7 @@ def test_zero_service_time_stream_counts_every_token():
             "openai-chat",
             {
                 "messages": [
-                    {"role": "system", "content": "You are terse. " * 40},
+                    {"role": "system", "content": "You are terse. " * 300},
                     {"role": "user", "content": "hi"},
                 ]
             },
@@ -145,7 +145,7 @@ def test_zero_service_time_stream_counts_every_token():
                 "system": [
                     {
                         "type": "text",
-                        "text": "You are terse. " * 40,
+                        "text": "You are terse. " * 300,
                         "cache_control": {"type": "ephemeral"},
                     }
                 ],

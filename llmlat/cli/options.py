@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from llmlat.config import GROUPS, OptionSpec, did_you_mean, option_specs
+from llmlat.config import AUTO, GROUPS, OptionSpec, did_you_mean, option_specs
 
 __all__ = [
     "EXIT_CODES",
@@ -260,6 +260,8 @@ def _levels(kind: type, name: str) -> Callable[[str], Any]:
     """Parse ``5``, or ``5,10,20`` (one value per level) into a number or a list of them."""
 
     def parse(text: str) -> Any:
+        if text.strip() == AUTO and name in ("concurrency", "rate"):
+            return AUTO  # an adaptive sweep (llmlat._adaptive)
         parts = [p.strip() for p in text.split(",") if p.strip()]
         try:
             values = [kind(p) for p in parts]

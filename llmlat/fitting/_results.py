@@ -457,6 +457,8 @@ class FitResult:
         tpm: float | str | None = None,
         tokens_per_request: float | None = None,
         max_utilization: float | None = None,
+        budget_usd_per_hour: float | None = None,
+        cost_per_request_usd: float | None = None,
         slo_attainment: float | None = None,
         slo: dict[str, float] | None = None,
     ) -> Plan:
@@ -480,6 +482,12 @@ class FitResult:
             Tokens one request counts against ``tpm`` (default: mean prompt + completion).
         max_utilization : float, optional
             Keep the rate under this share of capacity, e.g. 0.7 ("lambda under 70% of c mu").
+        budget_usd_per_hour : float, optional
+            Spend limit: the rate stays under ``budget_usd_per_hour / 3600 /
+            cost_per_request_usd`` (binding: ``"budget"``).
+        cost_per_request_usd : float, optional
+            What one request costs, needed with the budget: e.g. the
+            ``cost_per_1k_requests_usd / 1000`` of ``result.summary(prices=...)``.
         slo_attainment : float, optional
             Share of requests that must meet the SLO, e.g. 0.95: bounds the load by the highest
             measured level whose attainment interval stays above it (bound "slo attainment").
@@ -497,10 +505,20 @@ class FitResult:
         targets = {k: float(v) for k, v in asked.items() if v is not None}
         if len(targets) > 1:
             raise ValueError(f"target: give one of p50/p95/p99/mean, got {sorted(targets)}")
-        if not targets and rpm is tpm is max_utilization is slo_attainment is None:
+        money = {
+            "budget_usd_per_hour": budget_usd_per_hour,
+            "cost_per_request_usd": cost_per_request_usd,
+        }
+        limits_given = (rpm, tpm, max_utilization, budget_usd_per_hour, slo_attainment)
+        if not targets and all(v is None for v in limits_given):
             raise ValueError(
-                "target: give p95=..., mean=..., rpm=..., tpm=..., max_utilization or "
-                "slo_attainment"
+                "target: give p95=..., mean=..., rpm=..., tpm=..., max_utilization, "
+                "budget_usd_per_hour or slo_attainment"
+            )
+        if budget_usd_per_hour is not None and cost_per_request_usd is None:
+            raise ValueError(
+                "cost_per_request_usd: needed with budget_usd_per_hour (e.g. "
+                "summary(prices=...).cost_per_1k_requests_usd / 1000)"
             )
         per_minute: dict[str, float | None] = {}
         declared = []
@@ -513,8 +531,8 @@ class FitResult:
             else:
                 per_minute[name] = given
         rpm_v, tpm_v = per_minute["rpm"], per_minute["tpm"]
-        for name, v in targets.items():
-            if not v > 0:
+        for name, v in {**targets, **money}.items():
+            if v is not None and not v > 0:
                 raise ValueError(f"{name}: must be positive")
         if max_utilization is not None and not 0 < max_utilization <= 1:
             raise ValueError("max_utilization: must be in (0, 1]")
@@ -534,6 +552,8 @@ class FitResult:
                         "tokens_per_request: needed with tpm (the data has no token counts)"
                     )
             limits["tpm limit"] = tpm_v / 60.0 / tok
+        if budget_usd_per_hour is not None and cost_per_request_usd is not None:
+            limits["budget"] = budget_usd_per_hour / 3600.0 / cost_per_request_usd
         limit = min(limits.values(), default=np.inf)
         ucap = cap_low * max_utilization if max_utilization is not None else np.inf
         target, notes = "", ["bounds on the conservative end of the 95% intervals"]
@@ -623,6 +643,7 @@ class FitResult:
             statistic=stat,
             target_s=value,
             capacity_identified=self.capacity_identified,
+            budget_rate_rps=float(limits.get("budget", np.inf)),
         )
 
     def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:

@@ -296,7 +296,10 @@ class SweepResult:
     # ------------------------------------------------------------ analysis
 
     def summary(
-        self, phase: str | None = "measure", slo: dict[str, float] | None = None
+        self,
+        phase: str | None = "measure",
+        prices: Any = None,
+        slo: dict[str, float] | None = None,
     ) -> pd.DataFrame:
         """One row per level: counts, rates, throughput, latency/TTFT/ITL percentiles, checks.
 
@@ -304,6 +307,11 @@ class SweepResult:
         ----------
         phase : {"measure", "warmup"} or None, default "measure"
             Which rows to summarize; None takes warmup and measured rows together.
+        prices : llmlat.Prices or mapping, optional
+            Token prices in USD per million (``input``, ``output``, ``cache_read``,
+            ``cache_write``): adds ``cost_usd``, ``cost_per_1k_requests_usd``,
+            ``cost_per_hour_usd`` (at the level's measured throughput) and ``cost_unpriced``
+            (:mod:`llmlat.cost`).
         slo : dict of str to float, optional
             Bounds on ``ttft_s``, ``itl_s``, ``latency_s`` (default: the sweep's ``slo=``):
             adds SLO attainment and goodput, with intervals.
@@ -315,7 +323,9 @@ class SweepResult:
             (including the ``steady`` and ``client_bound`` rules).
         """
         slo = self.slo if slo is None else slo
-        return summarize(self.requests, self.attempts, self.levels, phase=phase, slo=slo)
+        return summarize(
+            self.requests, self.attempts, self.levels, phase=phase, prices=prices, slo=slo
+        )
 
     def plot(self, kind: str = "latency", **kwargs: Any) -> Any:
         """Draw a figure of this sweep with ``llmlat.plot.<kind>(self, **kwargs)``.
