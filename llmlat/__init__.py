@@ -4,11 +4,13 @@ The public API is what ``__all__`` lists; everything else is an implementation d
 change. Measure with :func:`sweep` (or :func:`asweep` under a running event loop, or a
 :class:`Sweeper` set up once and run later); every option of a sweep is a field of
 :class:`SweepConfig` (its views: the :class:`Target` and the :class:`RetryPolicy`). Get a
-:class:`SweepResult` back (:func:`read` opens a saved one); fit queueing models with :func:`fit`
-and :func:`compare` (a :class:`FitResult`; :func:`verify_plan` measures its ``plan()``); test
-against the built-in :class:`Simulator` (a :class:`SimConfig`). :mod:`llmlat.datasets`,
-:mod:`llmlat.plot`, :mod:`llmlat.queueing` and :mod:`llmlat.schema` (the columns of
-:class:`Record` and :class:`Attempt`) are public modules.
+:class:`SweepResult` back (:func:`read` opens a saved one; :func:`compare_runs` and
+:func:`compare_fits` put several side by side; :func:`policy_lab` measures client designs);
+fit queueing models with :func:`fit` and :func:`compare` (a :class:`FitResult`;
+:func:`verify_plan` measures its ``plan()``); test against the built-in :class:`Simulator`
+(a :class:`SimConfig`). :mod:`llmlat.datasets`, :mod:`llmlat.plot`, :mod:`llmlat.queueing`
+and :mod:`llmlat.schema` (the columns of :class:`Record` and :class:`Attempt`) are public
+modules.
 
 Heavy pieces (statsmodels, seaborn, the simulator) load on first use, so ``import llmlat`` stays
 cheap and never imports IPython or patches asyncio.
@@ -39,6 +41,9 @@ _LAZY = {
     "Record": "llmlat.schema",
     "Attempt": "llmlat.schema",
     "verify_plan": "llmlat._verify",
+    "compare_runs": "llmlat.compare",
+    "compare_fits": "llmlat.compare",
+    "policy_lab": "llmlat.policy",
 }
 # public modules, reachable as attributes without importing them first (``sim`` too, for the
 # names it has always offered, though its two public classes are exported here)
@@ -58,9 +63,12 @@ __all__ = [
     "__version__",
     "asweep",
     "compare",
+    "compare_fits",
+    "compare_runs",
     "datasets",
     "fit",
     "plot",
+    "policy_lab",
     "queueing",
     "read",
     "schema",
@@ -72,8 +80,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from llmlat import datasets, plot, queueing, schema
     from llmlat._engine import Sweeper, asweep, sweep
     from llmlat._verify import verify_plan
+    from llmlat.compare import compare_fits, compare_runs
     from llmlat.config import RetryPolicy, SweepConfig, Target
     from llmlat.fitting import FitResult, compare, fit
+    from llmlat.policy import policy_lab
     from llmlat.results import SweepResult, read
     from llmlat.schema import Attempt, Record
     from llmlat.sim import SimConfig, Simulator

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     Data: TypeAlias = SweepResult | pd.DataFrame
 
-__all__ = ["ecdf", "errors", "latency", "overview", "throughput", "utilization"]
+__all__ = ["comparison", "ecdf", "errors", "latency", "overview", "throughput", "utilization"]
 
 #: Confidence of the error bars drawn around observed percentiles.
 CI_LEVEL = _st.CONFIDENCE
@@ -960,5 +960,106 @@ def overview(data: Data, fit: FitResult | None = None) -> Figure:
     for draw, ax in zip(panels, axes, strict=False):
         draw(ax)
     for ax in axes[len(panels) :]:
+        ax.set_axis_off()
+    return fig
+
+
+_COMPARE_LABELS = {
+    "latency_p50_s": ("p50 latency", "difference, s"),
+    "latency_p95_s": ("p95 latency", "difference, s"),
+    "throughput_rps": ("throughput", "difference, req/s"),
+    "rate_limited_rate": ("429 share", "difference"),
+}
+
+
+def comparison(table: pd.DataFrame, metrics: Sequence[str] | None = None) -> Figure:
+    """Draw what :func:`llmlat.compare_runs` found: per level, each run minus the baseline.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The table :func:`llmlat.compare_runs` (or :meth:`SweepResult.compare`) returns.
+    metrics : sequence of str, optional
+        Which of its metrics to draw, one panel each (default: all four).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One panel per metric: the difference with its interval as error bars, a line at 0;
+        a level measured in only one of the runs is marked with an x on the 0 line.
+
+    Raises
+    ------
+    ValueError
+        If ``table`` is not a comparison table or names an unknown metric.
+    """
+    need = {"run", "level", "level_kind", "metric", "present", "diff", "diff_low", "diff_high"}
+    if not isinstance(table, pd.DataFrame) or not need <= set(table.columns):
+        raise ValueError("table: expected the table llmlat.compare_runs returns")
+    metrics = list(metrics or _COMPARE_LABELS)
+    unknown = [m for m in metrics if m not in _COMPARE_LABELS]
+    if unknown:
+        raise ValueError(f"metrics: unknown {unknown}; expected some of {list(_COMPARE_LABELS)}")
+    cols = min(2, len(metrics))
+    rows = -(-len(metrics) // cols)
+    with sns.axes_style(_STYLE):
+        fig = _ShownFigure(
+            figsize=(_GRID_CELL[0] * cols, _GRID_CELL[1] * rows), layout="constrained"
+        )
+        axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    palette = sns.color_palette()
+    runs = list(dict.fromkeys(table["run"]))
+    kinds = table["level_kind"].dropna().unique()
+    kind = str(kinds[0]) if len(kinds) == 1 else None
+    confidence = table.attrs.get("confidence", CI_LEVEL)
+    for ax, metric in zip(axes, metrics, strict=False):
+        title, ylabel = _COMPARE_LABELS[metric]
+        part = table[table["metric"] == metric]
+        for i, run in enumerate(runs):
+            rows_ = part[(part["run"] == run) & (part["present"] == "both")].sort_values("level")
+            x = rows_["level"].to_numpy(float)
+            y = rows_["diff"].to_numpy(float)
+            lo = rows_["diff_low"].to_numpy(float)
+            hi = rows_["diff_high"].to_numpy(float)
+            known = np.isfinite(lo) & np.isfinite(hi)
+            color = palette[i % len(palette)]
+            ax.plot(
+                x,
+                y,
+                "o-",
+                lw=1,
+                color=color,
+                label=f"{run} - {rows_['baseline'].iloc[0]}" if len(rows_) else run,
+            )
+            if known.any():
+                ax.errorbar(
+                    x[known],
+                    y[known],
+                    yerr=[y[known] - lo[known], hi[known] - y[known]],
+                    fmt="none",
+                    color=color,
+                    capsize=3,
+                    lw=1,
+                )
+            only = part[(part["run"] == run) & (part["present"] != "both")]
+            if len(only):
+                ax.plot(
+                    only["level"],
+                    np.zeros(len(only)),
+                    "x",
+                    color=color,
+                    ms=8,
+                    label=f"measured in one run only ({run})",
+                )
+        ax.axhline(0, color="0.4", lw=0.8)
+        levels = part["level"].to_numpy(float)
+        if len(levels):
+            _level_axis(ax, levels, kind)
+        if metric == "rate_limited_rate":
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title}: run - baseline ({confidence:.0%} interval)")
+        ax.legend(fontsize="small")
+    for ax in axes[len(metrics) :]:
         ax.set_axis_off()
     return fig

@@ -30,7 +30,13 @@ Definitions (per level of one sweep):
   batch-means variance still runs low (about half the truth at N = 2c); the calibration
   benchmark reports the coverage this gives.
 - **Quantiles** interpolate linearly (numpy's default); their intervals are the order statistics
-  of :func:`scipy.stats.quantile_test` (distribution-free).
+  of :func:`scipy.stats.quantile_test` (distribution-free), which hold for independent draws;
+  with ``min_batch`` they are widened about the estimate by the square root of the batch-means
+  variance inflation (:func:`variance_inflation`), as the fits widen a level's quantile.
+- **Throughput intervals** (:func:`throughput_interval`): batch means over the gaps between
+  consecutive completions in the rate's window, the mean gap's interval inverted.
+- **Proportions** (a 429 share, :func:`proportion_interval`): Wilson's score interval on an
+  effective sample size, ``n`` over the batch-means variance inflation (refusals come in runs).
 """
 
 from __future__ import annotations
@@ -51,11 +57,15 @@ __all__ = [
     "mser5",
     "ok_mask",
     "phases",
+    "proportion_interval",
     "quantile_interval",
+    "quantile_interval_ordered",
     "row_times",
     "steady_window",
     "throughput",
+    "throughput_interval",
     "transient_mask",
+    "variance_inflation",
 ]
 
 #: Confidence of every interval shown by default.
@@ -447,3 +457,138 @@ def quantile_interval(
     low = float(x[lo_rank - 1]) if lo_rank >= 1 else math.nan
     high = float(x[hi_rank]) if hi_rank < n else math.nan
     return est, low, high
+
+
+def variance_inflation(values: np.ndarray, min_batch: int = 1) -> float:
+    """How much correlation in request order inflates the variance of the mean, at least 1.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations in request order (NaN-free).
+    min_batch : int, default 1
+        As for :func:`batch_means`.
+
+    Returns
+    -------
+    float
+        ``(batch-means se / independent-draws se)**2``; 1 when it cannot be told.
+    """
+    n = len(values)
+    if n < 2:
+        return 1.0
+    std = float(np.std(values, ddof=1))
+    if not std > 0:
+        return 1.0
+    se = batch_means(values, min_batch)[1]
+    return max(1.0, (se / (std / math.sqrt(n))) ** 2)
+
+
+def quantile_interval_ordered(
+    values: np.ndarray, q: float, confidence: float = CONFIDENCE, min_batch: int = 1
+) -> tuple[float, float, float]:
+    """:func:`quantile_interval` of values in request order, widened for their correlation.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations in request order (NaN-free).
+    q : float
+        Probability in (0, 1).
+    confidence : float, default 0.95
+        Coverage of the interval.
+    min_batch : int, default 1
+        As for :func:`batch_means` (a closed level's N).
+
+    Returns
+    -------
+    tuple of float
+        ``(estimate, low, high)``: each side of the order-statistic interval stretched by the
+        square root of :func:`variance_inflation`; a bound the sample cannot give is NaN.
+    """
+    est, low, high = quantile_interval(values, q, confidence)
+    scale = math.sqrt(variance_inflation(values, min_batch))
+    return est, est - (est - low) * scale, est + (high - est) * scale
+
+
+def throughput_interval(
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+    transient: np.ndarray,
+    measured: np.ndarray,
+    confidence: float = CONFIDENCE,
+    min_batch: int = 1,
+) -> tuple[float, float, float]:
+    """:func:`throughput` with an interval from batch means over the gaps between completions.
+
+    A rate is the inverse of the mean gap between consecutive ok completions in the window the
+    rate was taken over (the steady window, else the measured span); the gaps' batch-means
+    Student-t interval (:func:`mean_interval`, batches of at least ``min_batch`` gaps: a closed
+    level's N) is inverted and scaled to centre on the rate.
+
+    Parameters
+    ----------
+    start, end, ok, transient, measured : numpy.ndarray
+        As for :func:`throughput`.
+    confidence : float, default 0.95
+        Coverage of the interval.
+    min_batch : int, default 1
+        As for :func:`batch_means`.
+
+    Returns
+    -------
+    tuple of float
+        ``(rate, low, high)`` per second; NaN bounds with fewer than 3 completions, and an
+        infinite upper bound when the gaps' interval reaches 0.
+    """
+    rate, windowed = throughput(start, end, ok, transient, measured)
+    if math.isnan(rate):
+        return math.nan, math.nan, math.nan
+    done = ok & np.isfinite(end)
+    if windowed:
+        a, b = steady_window(start[measured], end[measured], transient[measured])
+        inside = done & (end > a) & (end <= b)
+    else:
+        inside = done & measured
+    gaps = np.diff(np.sort(end[inside]))
+    if len(gaps) < 2:
+        return rate, math.nan, math.nan
+    mean, low, high = mean_interval(gaps, confidence, min_batch)
+    if not mean > 0 or math.isnan(low):
+        return rate, math.nan, math.nan
+    upper = rate * mean / low if low > 0 else math.inf
+    return rate, rate * mean / high, upper
+
+
+def proportion_interval(
+    hits: np.ndarray, confidence: float = CONFIDENCE, min_batch: int = 1
+) -> tuple[float, float, float]:
+    """Return a share with Wilson's score interval on the batch-means effective sample size.
+
+    Parameters
+    ----------
+    hits : numpy.ndarray
+        0/1 (or boolean) outcomes in request order.
+    confidence : float, default 0.95
+        Coverage of the interval.
+    min_batch : int, default 1
+        As for :func:`batch_means`.
+
+    Returns
+    -------
+    tuple of float
+        ``(share, low, high)``; all NaN without data.
+    """
+    from scipy.stats import norm  # lazy: scipy is slow to import
+
+    x = np.asarray(hits, dtype=np.float64)
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    p = float(x.mean())
+    m = n / variance_inflation(x, min_batch)
+    z = float(norm.ppf(0.5 + confidence / 2))
+    centre = (p + z * z / (2 * m)) / (1 + z * z / m)
+    half = z / (1 + z * z / m) * math.sqrt(p * (1 - p) / m + z * z / (4 * m * m))
+    return p, max(0.0, centre - half), min(1.0, centre + half)

@@ -37,6 +37,8 @@ PUBLIC = [
     "__version__",
     "asweep",
     "compare",
+    "compare_fits",
+    "compare_runs",
     "datasets",
     "fit",
     "plot",
@@ -45,6 +47,7 @@ PUBLIC = [
     "schema",
     "sweep",
     "verify_plan",
+    "policy_lab",
 ]
 
 

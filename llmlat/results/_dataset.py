@@ -328,6 +328,26 @@ class SweepResult:
             raise ValueError(f"kind: unknown plot {kind!r}; expected one of {sorted(names)}")
         return getattr(module, kind)(self, **kwargs)
 
+    def compare(self, *others: SweepResult, confidence: float = 0.95) -> pd.DataFrame:
+        """Compare other sweeps with this one, level by level (this one is the baseline).
+
+        Parameters
+        ----------
+        *others : SweepResult
+            One or more sweeps of the same target.
+        confidence : float, default 0.95
+            Coverage of each difference interval.
+
+        Returns
+        -------
+        pandas.DataFrame
+            See :func:`llmlat.compare_runs`: per level, the differences of p50 and p95 latency,
+            throughput and 429 share, with intervals; levels in one run only say so.
+        """
+        from llmlat.compare import compare_runs
+
+        return compare_runs([self, *others], confidence=confidence)
+
     # ------------------------------------------------------------ combining
 
     @classmethod
