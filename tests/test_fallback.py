@@ -1,0 +1,101 @@
+"""Gateway fallback, measured: ``url=[primary, fallback]`` against two simulators on 127.0.0.1.
+
+The primary has 2 slots and refuses (429) past 2 waiting; the fallback has room. At a light
+rate the primary serves everything; at a spike the refusals fail over to the fallback, every
+request is answered, and the queue wait at the primary still shows in p95.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import llmlat
+from llmlat.sim import Simulator
+
+MODEL = "llmlat-sim"
+# fixed service (8 tokens of 10 ms): latencies move only by queueing
+STEADY = {
+    "mode": "batch",
+    "t0_s": 0.01,
+    "t1_s": 0.0,
+    "output_tokens": 8,
+    "output_dist": "fixed",
+    "prefill_per_token_s": 0.0,
+}
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    with (
+        Simulator(slots=2, queue_limit=2, seed=1, **STEADY) as primary,
+        Simulator(slots=16, seed=2, **STEADY) as fallback,
+    ):
+        yield primary.url, fallback.url
+
+
+@pytest.fixture(scope="module")
+def spike(pair):
+    return llmlat.sweep(
+        "hi", url=list(pair), model=MODEL, rate=[5, 60], duration_s=1.5, progress=False, seed=1
+    )
+
+
+def test_fallback_absorbs_the_spike_and_rows_say_who_served(spike, pair):
+    req, att = spike.requests, spike.attempts
+    assert req["ok"].all()  # nothing lost: what the primary refused, the fallback answered
+    light, heavy = req[req["level"] == 5.0], req[req["level"] == 60.0]
+    assert (light["served_by"] == 0).all() and (light["failover_s"] == 0).all()
+    by_fallback = heavy[heavy["served_by"] == 1]
+    assert len(by_fallback) > 0.2 * len(heavy)
+    # each failover is one refused attempt at the primary, then one answered at the fallback
+    assert (by_fallback["attempts"] == 2).all()
+    firsts = att.merge(by_fallback[["request_id"]], on="request_id")
+    assert (firsts.loc[firsts["attempt"] == 1, ["target", "status"]] == [0, 429]).all().all()
+    assert (firsts.loc[firsts["attempt"] == 2, ["target", "status"]] == [1, 200]).all().all()
+    # failover took a round trip to the primary, far less than the answer itself
+    took = by_fallback["failover_s"].to_numpy()
+    assert (took > 0).all() and (took < by_fallback["latency_s"].to_numpy()).all()
+    assert (by_fallback["retry_wait_s"] == 0).all()  # no backoff: straight on to the fallback
+    assert (att.loc[att["target"] == 1, "status"] == 200).all()
+    assert spike.meta["targets"] == list(pair)
+    # the queue wait at the primary still surfaces in p95
+    summary = spike.summary().set_index("level")
+    assert summary.loc[60.0, "rate_limited_rate"] == 0
+    assert summary.loc[60.0, "latency_p95_s"] > 1.4 * summary.loc[5.0, "latency_p50_s"]
+
+
+def test_fallback_on_limits_what_fails_over(pair):
+    # 5xx only: the primary's 429s are final (no retries), and such rows name no server
+    res = llmlat.sweep(
+        "hi",
+        url=",".join(pair),  # the command line's spelling
+        fallback_on="5xx",
+        retries=0,
+        model=MODEL,
+        rate=60,
+        duration_s=1.0,
+        progress=False,
+        seed=2,
+    )
+    req = res.requests
+    refused = req[~req["ok"]]
+    assert len(refused) and (refused["status"] == 429).all()
+    assert refused["served_by"].isna().all() and refused["failover_s"].isna().all()
+    assert (res.attempts["target"] == 0).all() and (req.loc[req["ok"], "served_by"] == 0).all()
+
+
+def test_fallback_options_are_checked():
+    cfg = llmlat.SweepConfig(url="http://127.0.0.1:1, http://u:pw@127.0.0.1:2", rate=1)
+    assert cfg.urls() == ["http://127.0.0.1:1", "http://u:pw@127.0.0.1:2"]
+    assert "pw" not in str(cfg.to_meta()) and "pw" not in repr(cfg)
+    assert cfg.failover().kinds == {"rate_limited", "server_error", "timeout", "connection"}
+    with pytest.raises(ValueError, match=r"^fallback_on: expected some of"):
+        llmlat.SweepConfig(fallback_on="429,4xx")
+    with pytest.raises(ValueError, match=r"^failover_max_s:"):
+        llmlat.SweepConfig(failover_max_s=-1)
+    with pytest.raises(ValueError, match=r"^url:"):
+        llmlat.SweepConfig(url=["http://127.0.0.1:1", "ftp://x"])
+    assert np.isnan(llmlat.Record("r", 1.0, "rate", 0).failover_s)
