@@ -37,7 +37,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
     Data: TypeAlias = SweepResult | pd.DataFrame
 
-__all__ = ["comparison", "ecdf", "errors", "latency", "overview", "throughput", "utilization"]
+__all__ = [
+    "comparison",
+    "ecdf",
+    "errors",
+    "latency",
+    "overview",
+    "policies",
+    "throughput",
+    "utilization",
+]
 
 #: Confidence of the error bars drawn around observed percentiles.
 CI_LEVEL = _st.CONFIDENCE
@@ -1015,6 +1024,7 @@ def comparison(table: pd.DataFrame, metrics: Sequence[str] | None = None) -> Fig
     for ax, metric in zip(axes, metrics, strict=False):
         title, ylabel = _COMPARE_LABELS[metric]
         part = table[table["metric"] == metric]
+        unbounded = False
         for i, run in enumerate(runs):
             rows_ = part[(part["run"] == run) & (part["present"] == "both")].sort_values("level")
             x = rows_["level"].to_numpy(float)
@@ -1022,6 +1032,7 @@ def comparison(table: pd.DataFrame, metrics: Sequence[str] | None = None) -> Fig
             lo = rows_["diff_low"].to_numpy(float)
             hi = rows_["diff_high"].to_numpy(float)
             known = np.isfinite(lo) & np.isfinite(hi)
+            unbounded |= bool((~known).any())
             color = palette[i % len(palette)]
             ax.plot(
                 x,
@@ -1052,6 +1063,8 @@ def comparison(table: pd.DataFrame, metrics: Sequence[str] | None = None) -> Fig
                     label=f"measured in one run only ({run})",
                 )
         ax.axhline(0, color="0.4", lw=0.8)
+        if unbounded:
+            _note(ax, "no bar: too few requests in a run for an interval")
         levels = part["level"].to_numpy(float)
         if len(levels):
             _level_axis(ax, levels, kind)
@@ -1062,4 +1075,73 @@ def comparison(table: pd.DataFrame, metrics: Sequence[str] | None = None) -> Fig
         ax.legend(fontsize="small")
     for ax in axes[len(metrics) :]:
         ax.set_axis_off()
+    return fig
+
+
+def policies(table: pd.DataFrame) -> Figure:
+    """Draw what :func:`llmlat.policy_lab` measured: each client design side by side.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The table :func:`llmlat.policy_lab` returns.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Three panels of bars per design (one colour per level): load amplification (attempts
+        over requests), the share of requests lost to a 429, and p95 latency of answered
+        requests with its interval.
+
+    Raises
+    ------
+    ValueError
+        If ``table`` is not a policy-lab table.
+    """
+    need = {"design", "level", "amplification", "rate_limited_rate", "latency_p95_s"}
+    if not isinstance(table, pd.DataFrame) or not need <= set(table.columns):
+        raise ValueError("table: expected the table llmlat.policy_lab returns")
+    designs = list(dict.fromkeys(table["design"]))
+    levels = sorted(table["level"].unique())
+    with sns.axes_style(_STYLE):
+        fig = _ShownFigure(
+            figsize=(_GRID_CELL[0] * 3, max(_GRID_CELL[1], 0.45 * len(designs) + 1.5)),
+            layout="constrained",
+        )
+        axes = fig.subplots(1, 3, sharey=True)
+    palette = sns.color_palette()
+    y = np.arange(len(designs))
+    height = 0.8 / len(levels)
+    panels = (
+        ("amplification", "attempts per request (load amplification)"),
+        ("rate_limited_rate", "requests lost to a 429"),
+        ("latency_p95_s", "p95 latency of answered requests, s"),
+    )
+    for ax, (column, title) in zip(axes, panels, strict=True):
+        for j, level in enumerate(levels):
+            part = table[table["level"] == level].set_index("design").reindex(designs)
+            value = part[column].to_numpy(float)
+            err = None
+            if column == "latency_p95_s" and "latency_p95_low_s" in part:
+                low = part["latency_p95_low_s"].to_numpy(float)
+                high = part["latency_p95_high_s"].to_numpy(float)
+                err = np.nan_to_num(np.vstack([value - low, high - value]), nan=0.0)
+            ax.barh(
+                y + (j - (len(levels) - 1) / 2) * height,
+                value,
+                height=height,
+                xerr=err,
+                color=palette[j % len(palette)],
+                capsize=2,
+                label=f"level {level:g}",
+            )
+        if column == "amplification":
+            ax.axvline(1.0, color="0.4", lw=0.8)
+        if column == "rate_limited_rate":
+            ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_title(title, fontsize="medium")
+    axes[0].set_yticks(y, designs)
+    axes[0].invert_yaxis()
+    if len(levels) > 1:
+        axes[0].legend(fontsize="small")
     return fig

@@ -94,3 +94,5 @@ def test_policy_lab_shows_amplification_refusals_and_where_the_queue_went(lab):
         assert capped["latency_p95_s"] > 1.5 * none["latency_p95_s"]
         assert capped["latency_p95_low_s"] <= capped["latency_p95_s"]
     assert "client_rpm=2400" in bucket["options"]
+    fig = llmlat.plot.policies(lab.reset_index())
+    assert len(fig.axes) == 3 and "amplification" in fig.axes[0].get_title()
