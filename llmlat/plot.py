@@ -1,6 +1,8 @@
 """Seaborn figures of a sweep: latency, utilization, throughput, ECDF, errors, and an overview.
 
-Each function takes a :class:`~llmlat.results.SweepResult` or a requests table with the columns of
+Each function (but those of :data:`TABLE_FIGURES`: :func:`comparison` draws the table of
+:func:`llmlat.compare_runs`, :func:`policies` that of :func:`llmlat.policy_lab`) takes a
+:class:`~llmlat.results.SweepResult` or a requests table with the columns of
 :data:`llmlat.schema.REQUEST_COLUMNS`, draws on ``ax`` (or on a new figure) and returns the
 :class:`matplotlib.figure.Figure`. Figures are built with the object-oriented API, never through
 pyplot, so nothing leaks into global state and Jupyter shows a returned figure exactly once.
@@ -47,6 +49,10 @@ __all__ = [
     "throughput",
     "utilization",
 ]
+
+#: Figures of a table that another function made (:func:`llmlat.compare_runs`,
+#: :func:`llmlat.policy_lab`), not of one sweep: ``SweepResult.plot`` does not offer them.
+TABLE_FIGURES = ("comparison", "policies")
 
 #: Confidence of the error bars drawn around observed percentiles.
 CI_LEVEL = _st.CONFIDENCE

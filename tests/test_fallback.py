@@ -99,3 +99,34 @@ def test_fallback_options_are_checked():
     with pytest.raises(ValueError, match=r"^url:"):
         llmlat.SweepConfig(url=["http://127.0.0.1:1", "ftp://x"])
     assert np.isnan(llmlat.Record("r", 1.0, "rate", 0).failover_s)
+
+
+def test_the_command_line_spells_the_new_options():
+    import argparse
+
+    from llmlat.cli.options import add_config_options, options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_options(parser)
+    args = parser.parse_args(
+        [
+            "--url",
+            "http://127.0.0.1:1,http://127.0.0.1:2",
+            "--fallback-on",
+            "429,timeout",
+            "--failover-max-s",
+            "2",
+            "--no-backoff-jitter",
+            "--no-honour-retry-after",
+            "--client-rpm",
+            "600",
+            "--rate",
+            "1",
+        ]
+    )
+    cfg = llmlat.SweepConfig(**options_from_args(args))
+    assert cfg.urls() == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    assert cfg.failover().kinds == {"rate_limited", "timeout"} and cfg.failover().max_s == 2
+    policy = cfg.retry_policy()
+    assert not policy.backoff_jitter and not policy.honour_retry_after
+    assert cfg.client_rpm == 600

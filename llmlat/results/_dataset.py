@@ -323,7 +323,7 @@ class SweepResult:
             If ``llmlat.plot`` has no public function named ``kind``.
         """
         module = importlib.import_module("llmlat.plot")
-        names = getattr(module, "__all__", [])
+        names = [n for n in getattr(module, "__all__", []) if n not in module.TABLE_FIGURES]
         if kind not in names:
             raise ValueError(f"kind: unknown plot {kind!r}; expected one of {sorted(names)}")
         return getattr(module, kind)(self, **kwargs)
