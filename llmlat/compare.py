@@ -91,10 +91,11 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
     """
     requests = result.requests
     rows: list[tuple] = []
+    columns = ["level_kind", "level", "metric", "value", "low", "high", "n"]
+    dtypes = {"level_kind": "string", "level": "float64", "metric": "string", "n": "int64"}
+    dtypes.update(value="float64", low="float64", high="float64")
     if not len(requests):
-        return pd.DataFrame(
-            rows, columns=["level_kind", "level", "metric", "value", "low", "high", "n"]
-        )
+        return pd.DataFrame(rows, columns=columns).astype(dtypes)
     phase = _stats.phases(requests)
     start, end = _stats.row_times(requests)
     ok = _stats.ok_mask(requests)
@@ -119,9 +120,7 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
         hits = refused[idx][measured]
         est = _stats.proportion_interval(hits, confidence, batch)
         rows.append((kind, level, "rate_limited_rate", *est, len(hits)))
-    return pd.DataFrame(
-        rows, columns=["level_kind", "level", "metric", "value", "low", "high", "n"]
-    ).astype({"level_kind": "string", "level": "float64", "n": "int64"})
+    return pd.DataFrame(rows, columns=columns).astype(dtypes)
 
 
 def compare_runs(

@@ -98,6 +98,8 @@ def test_compare_runs_names_several_runs_and_checks_its_input():
     assert set(table["baseline"]) == {"x"}
     # without names, repeated run ids become run<i>
     assert set(compare_runs(list(runs.values()))["run"]) == {"run1", "run2"}
+    # an empty run measured nothing: every level is the baseline's only
+    assert set(compare_runs([runs["x"], SweepResult()])["present"]) == {"baseline only"}
     with pytest.raises(ValueError, match="runs: expected at least two"):
         compare_runs([runs["x"]])
     with pytest.raises(ValueError, match="runs: y is a DataFrame"):

@@ -87,6 +87,25 @@ def test_fallback_on_limits_what_fails_over(pair):
     assert (res.attempts["target"] == 0).all() and (req.loc[req["ok"], "served_by"] == 0).all()
 
 
+def test_a_timeout_fails_over_within_the_budget(pair):
+    # a primary that never answers: each attempt times out, then the fallback answers, unless
+    # the failover budget was spent before the timeout
+    fallback = pair[1]
+    common = {"model": MODEL, "concurrency": 2, "requests": 4, "progress": False}
+    with Simulator(p_stall=1.0, seed=3, **STEADY) as stalled:
+        urls = [stalled.url, fallback]
+        res = llmlat.sweep("hi", url=urls, timeout_s=0.3, retries=0, **common)
+        spent = llmlat.sweep("hi", url=urls, timeout_s=0.3, retries=0, failover_max_s=0.1, **common)
+    req = res.requests
+    assert req["ok"].all() and (req["served_by"] == 1).all()
+    assert (req["failover_s"] > 0.29).all()  # the timeout (to a timer tick), then straight on
+    first = res.attempts[res.attempts["attempt"] == 1]
+    assert (first["error_kind"] == "timeout").all() and (first["target"] == 0).all()
+    late = spent.requests
+    assert (~late["ok"]).all() and (late["error_kind"] == "timeout").all()
+    assert late["served_by"].isna().all() and (spent.attempts["target"] == 0).all()
+
+
 def test_fallback_options_are_checked():
     cfg = llmlat.SweepConfig(url="http://127.0.0.1:1, http://u:pw@127.0.0.1:2", rate=1)
     assert cfg.urls() == ["http://127.0.0.1:1", "http://u:pw@127.0.0.1:2"]
