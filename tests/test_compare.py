@@ -123,3 +123,19 @@ def test_comparison_figure_has_a_panel_per_metric():
         llmlat.plot.comparison(table, metrics=["nope"])
     with pytest.raises(ValueError, match="table: expected"):
         llmlat.plot.comparison(a.requests)
+
+
+def test_compare_fits_puts_parameters_side_by_side_and_says_why_a_run_has_none():
+    rng = np.random.default_rng(2)
+    mm1 = lambda mu: {lam: 1 / (mu - lam) for lam in (2.0, 4.0, 6.0, 8.0)}  # noqa: E731
+    runs = {
+        "slow": fake_sweep(rng, mm1(10.0), n=300),
+        "fast": fake_sweep(rng, mm1(14.0), n=300),
+        "one level": fake_sweep(rng, {2.0: 0.5}, n=100),
+    }
+    table = llmlat.compare_fits(runs, model="mm1").set_index("run")
+    slow, fast = table.loc["slow"], table.loc["fast"]
+    assert slow["param"] == "mu" and slow["low"] < slow["estimate"] < slow["high"]
+    assert fast["low"] > slow["high"]  # the faster server's capacity, clearly apart
+    alone = table.loc["one level"]
+    assert pd.isna(alone["param"]) and "one load level" in alone["note"]
