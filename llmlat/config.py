@@ -299,7 +299,7 @@ class SweepConfig:
     client_rpm: float | None = _option(
         None,
         "Client-side token bucket: at most this many attempts (retries too) per minute, evenly "
-        "spaced; the wait shows as send lag or retry wait.",
+        "spaced (shared out across shards); the wait shows as send lag or retry wait.",
         group="retry",
         kind=float,
         metavar="RPM",
