@@ -11,8 +11,8 @@ window):
 
 - p50 / p95: order-statistic intervals of the ok latencies, widened by the batch-means variance
   inflation of the level (:func:`llmlat.stats.quantile_interval_ordered`);
-- throughput: batch means over the gaps between completions in the steady window
-  (:func:`llmlat.stats.throughput_interval`);
+- throughput: the exact Poisson interval of the completions in the steady window, on a count
+  corrected for their dispersion and correlation (:func:`llmlat.stats.throughput_interval`);
 - 429 share (requests whose final answer was a 429): Wilson's interval on the batch-means
   effective sample size (:func:`llmlat.stats.proportion_interval`).
 

@@ -33,8 +33,9 @@ Definitions (per level of one sweep):
   of :func:`scipy.stats.quantile_test` (distribution-free), which hold for independent draws;
   with ``min_batch`` they are widened about the estimate by the square root of the batch-means
   variance inflation (:func:`variance_inflation`), as the fits widen a level's quantile.
-- **Throughput intervals** (:func:`throughput_interval`): batch means over the gaps between
-  consecutive completions in the rate's window, the mean gap's interval inverted.
+- **Throughput intervals** (:func:`throughput_interval`): the exact Poisson interval of the
+  completions in the rate's window, on an effective count corrected for their dispersion (the
+  squared CV of the gaps between completions times their batch-means variance inflation).
 - **Proportions** (a 429 share, :func:`proportion_interval`): Wilson's score interval on an
   effective sample size, ``n`` over the batch-means variance inflation (refusals come in runs).
 """
@@ -520,12 +521,15 @@ def throughput_interval(
     confidence: float = CONFIDENCE,
     min_batch: int = 1,
 ) -> tuple[float, float, float]:
-    """:func:`throughput` with an interval from batch means over the gaps between completions.
+    """:func:`throughput` with an interval from the gaps between completions.
 
-    A rate is the inverse of the mean gap between consecutive ok completions in the window the
-    rate was taken over (the steady window, else the measured span); the gaps' batch-means
-    Student-t interval (:func:`mean_interval`, batches of at least ``min_batch`` gaps: a closed
-    level's N) is inverted and scaled to centre on the rate.
+    The ``k`` gaps between consecutive ok completions in the window the rate was taken over
+    (the steady window, else the measured span) give the dispersion of the completion count:
+    ``D = CV^2 * VIF`` (their squared coefficient of variation, times the batch-means variance
+    inflation of the gaps in order, batches of at least ``min_batch``: a closed level's N), 1
+    for a Poisson stream. The interval is the exact Poisson (chi-square) interval of
+    ``m = k / D`` events, scaled to the rate: right-skewed and positive however few the
+    completions, narrower than Poisson for a regular stream (``D`` is kept at least 0.01).
 
     Parameters
     ----------
@@ -539,9 +543,10 @@ def throughput_interval(
     Returns
     -------
     tuple of float
-        ``(rate, low, high)`` per second; NaN bounds with fewer than 3 completions, and an
-        infinite upper bound when the gaps' interval reaches 0.
+        ``(rate, low, high)`` per second; NaN bounds with fewer than 3 completions.
     """
+    from scipy.stats import chi2  # lazy: scipy is slow to import
+
     rate, windowed = throughput(start, end, ok, transient, measured)
     if math.isnan(rate):
         return math.nan, math.nan, math.nan
@@ -552,13 +557,15 @@ def throughput_interval(
     else:
         inside = done & measured
     gaps = np.diff(np.sort(end[inside]))
-    if len(gaps) < 2:
+    mean = float(gaps.mean()) if len(gaps) else math.nan
+    if len(gaps) < 2 or not mean > 0:
         return rate, math.nan, math.nan
-    mean, low, high = mean_interval(gaps, confidence, min_batch)
-    if not mean > 0 or math.isnan(low):
-        return rate, math.nan, math.nan
-    upper = rate * mean / low if low > 0 else math.inf
-    return rate, rate * mean / high, upper
+    cv2 = float(gaps.var(ddof=1)) / mean**2
+    m = len(gaps) / max(0.01, cv2 * variance_inflation(gaps, min_batch))
+    alpha = 1.0 - confidence
+    low = float(chi2.ppf(alpha / 2, 2 * m)) / (2 * m)
+    high = float(chi2.ppf(1 - alpha / 2, 2 * m + 2)) / (2 * m)
+    return rate, rate * low, rate * high
 
 
 def proportion_interval(
