@@ -79,7 +79,7 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
     Parameters
     ----------
     result : SweepResult
-        One sweep (several runs of a level in it are pooled).
+        One sweep, or several concatenated that measured different levels.
     confidence : float, default 0.95
         Coverage of each interval.
 
@@ -88,6 +88,11 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
     pandas.DataFrame
         One row per (``level_kind``, ``level``, ``metric``): ``value``, ``low``, ``high`` and
         ``n`` (the rows the statistic is taken over).
+
+    Raises
+    ------
+    ValueError
+        If a level was measured by several runs of the result (each has its own clock).
     """
     requests = result.requests
     rows: list[tuple] = []
@@ -103,7 +108,13 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
     refused = (requests["error_kind"] == "rate_limited").fillna(False).to_numpy(bool) | (
         _stats.column(requests, "status") == 429
     )
+    runs = requests["run_id"].astype("string").fillna("")
     for (kind, level), idx in requests.groupby(["level_kind", "level"], sort=True).indices.items():
+        if runs.iloc[idx].nunique() > 1:  # their clocks start apart: one window cannot hold both
+            raise ValueError(
+                f"result: level {level:g} was measured by several runs "
+                f"({', '.join(sorted(runs.iloc[idx].unique()))}); compare them as separate runs"
+            )
         idx = idx[np.argsort(start[idx], kind="stable")]  # request order
         ph = phase[idx]
         batch = max(1, int(level)) if kind == "concurrency" else 1

@@ -100,6 +100,9 @@ def test_compare_runs_names_several_runs_and_checks_its_input():
     assert set(compare_runs(list(runs.values()))["run"]) == {"run1", "run2"}
     # an empty run measured nothing: every level is the baseline's only
     assert set(compare_runs([runs["x"], SweepResult()])["present"]) == {"baseline only"}
+    twice = SweepResult.concat([runs["x"], fake_sweep(rng, {2.0: 1.0}, run_id="other")])
+    with pytest.raises(ValueError, match="level 2 was measured by several runs"):
+        compare_runs([twice, runs["y"]])
     with pytest.raises(ValueError, match="runs: expected at least two"):
         compare_runs([runs["x"]])
     with pytest.raises(ValueError, match="runs: y is a DataFrame"):
