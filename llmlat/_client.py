@@ -4,7 +4,9 @@
 first byte, first generated content, each content chunk, end), classifies what went wrong into
 :data:`~llmlat.schema.ERROR_KINDS`, and retries per a :class:`RetryPolicy` (exponential backoff
 with full jitter, ``Retry-After`` honoured). It never raises for an HTTP, protocol, timeout or
-connection error: those are data.
+connection error: those are data. Given fallback URLs it acts as a gateway would: an attempt that
+fails as :class:`Failover` says goes on at once to the next URL, and the record says which one
+answered; a client-side :class:`TokenBucket` can pace every attempt.
 
 The API key is read from the environment variable the target names when the client starts and
 lives only in the request headers: not in a Target, a Record, an error text or a repr (every
