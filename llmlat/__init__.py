@@ -41,8 +41,8 @@ _LAZY = {
     "Record": "llmlat.schema",
     "Attempt": "llmlat.schema",
     "verify_plan": "llmlat._verify",
-    "compare_runs": "llmlat.compare",
-    "compare_fits": "llmlat.compare",
+    "compare_runs": "llmlat.comparison",
+    "compare_fits": "llmlat.comparison",
     "policy_lab": "llmlat.policy",
 }
 # public modules, reachable as attributes without importing them first (``sim`` too, for the
@@ -80,7 +80,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llmlat import datasets, plot, queueing, schema
     from llmlat._engine import Sweeper, asweep, sweep
     from llmlat._verify import verify_plan
-    from llmlat.compare import compare_fits, compare_runs
+    from llmlat.comparison import compare_fits, compare_runs
     from llmlat.config import RetryPolicy, SweepConfig, Target
     from llmlat.fitting import FitResult, compare, fit
     from llmlat.policy import policy_lab

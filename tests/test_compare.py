@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import llmlat
-from llmlat.compare import COMPARE_COLUMNS, compare_runs
+from llmlat.comparison import COMPARE_COLUMNS, compare_runs
 from llmlat.results import SweepResult
 
 
@@ -57,6 +57,7 @@ def test_a_real_change_is_significant_and_levels_in_one_run_say_so():
     b = fake_sweep(rng, {2.0: 1.5, 8.0: 1.0}, refused=0.2, run_id="after")
     table = a.compare(b)
     assert list(table.columns) == list(COMPARE_COLUMNS)
+    assert llmlat.compare is llmlat.fitting.compare  # no module of that name shadows the fits
     assert set(table["run"]) == {"after"} and set(table["baseline"]) == {"before"}
     both = table[table["present"] == "both"].set_index("metric")
     assert set(both["level"]) == {2.0}

@@ -344,7 +344,7 @@ class SweepResult:
             See :func:`llmlat.compare_runs`: per level, the differences of p50 and p95 latency,
             throughput and 429 share, with intervals; levels in one run only say so.
         """
-        from llmlat.compare import compare_runs
+        from llmlat.comparison import compare_runs
 
         return compare_runs([self, *others], confidence=confidence)
 
