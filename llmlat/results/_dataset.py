@@ -323,7 +323,8 @@ class SweepResult:
             If ``llmlat.plot`` has no public function named ``kind``.
         """
         module = importlib.import_module("llmlat.plot")
-        names = [n for n in getattr(module, "__all__", []) if n not in module.TABLE_FIGURES]
+        tables = getattr(module, "TABLE_FIGURES", ())
+        names = [n for n in getattr(module, "__all__", []) if n not in tables]
         if kind not in names:
             raise ValueError(f"kind: unknown plot {kind!r}; expected one of {sorted(names)}")
         return getattr(module, kind)(self, **kwargs)
