@@ -8,9 +8,10 @@ change. Measure with :func:`sweep` (or :func:`asweep` under a running event loop
 :func:`compare_fits` put several side by side; :func:`policy_lab` measures client designs);
 fit queueing models with :func:`fit` and :func:`compare` (a :class:`FitResult`;
 :func:`verify_plan` measures its ``plan()``); test against the built-in :class:`Simulator`
-(a :class:`SimConfig`). :mod:`llmlat.datasets`, :mod:`llmlat.plot`, :mod:`llmlat.queueing`
-and :mod:`llmlat.schema` (the columns of :class:`Record` and :class:`Attempt`) are public
-modules.
+(a :class:`SimConfig`); price requests from the tokens the server reported with
+:class:`Prices` (:func:`request_costs`, ``summary(prices=...)``). :mod:`llmlat.datasets`,
+:mod:`llmlat.plot`, :mod:`llmlat.queueing` and :mod:`llmlat.schema` (the columns of
+:class:`Record` and :class:`Attempt`) are public modules.
 
 Heavy pieces (statsmodels, seaborn, the simulator) load on first use, so ``import llmlat`` stays
 cheap and never imports IPython or patches asyncio.
@@ -41,6 +42,8 @@ _LAZY = {
     "Record": "llmlat.schema",
     "Attempt": "llmlat.schema",
     "verify_plan": "llmlat._verify",
+    "Prices": "llmlat.cost",
+    "request_costs": "llmlat.cost",
     "compare_runs": "llmlat.comparison",
     "compare_fits": "llmlat.comparison",
     "policy_lab": "llmlat.policy",
@@ -52,6 +55,7 @@ _SUBMODULES = ("datasets", "plot", "queueing", "schema", "sim")
 __all__ = [
     "Attempt",
     "FitResult",
+    "Prices",
     "Record",
     "RetryPolicy",
     "SimConfig",
@@ -71,6 +75,7 @@ __all__ = [
     "policy_lab",
     "queueing",
     "read",
+    "request_costs",
     "schema",
     "sweep",
     "verify_plan",
@@ -82,6 +87,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llmlat._verify import verify_plan
     from llmlat.comparison import compare_fits, compare_runs
     from llmlat.config import RetryPolicy, SweepConfig, Target
+    from llmlat.cost import Prices, request_costs
     from llmlat.fitting import FitResult, compare, fit
     from llmlat.policy import policy_lab
     from llmlat.results import SweepResult, read

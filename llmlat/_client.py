@@ -761,6 +761,7 @@ class Client:
         record.prompt_tokens = result.prompt_tokens
         record.completion_tokens = result.completion_tokens
         record.cached_tokens = result.cached_tokens
+        record.cache_creation_tokens = result.cache_creation_tokens
         if isinstance(result, StreamParser) and result.times:
             _chunk_stats(record, result.times, self.t0_ns)
 

@@ -11,8 +11,8 @@ window):
 
 - p50 / p95: order-statistic intervals of the ok latencies, widened by the batch-means variance
   inflation of the level (:func:`llmlat.stats.quantile_interval_ordered`);
-- throughput: the exact Poisson interval of the completions in the steady window, on a count
-  corrected for their dispersion and correlation (:func:`llmlat.stats.throughput_interval`);
+- throughput: batch means over equal sub-windows of the steady window, never narrower than a
+  Poisson count's interval (:func:`llmlat.stats.throughput_interval`);
 - 429 share (requests whose final answer was a 429): Wilson's interval on the batch-means
   effective sample size (:func:`llmlat.stats.proportion_interval`).
 
@@ -125,7 +125,7 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
             rows.append((kind, level, metric, *est, len(values)))
         measured = ph != "warmup"
         est = _stats.throughput_interval(
-            start[idx], end[idx], ok[idx], ph == "transient", measured, confidence, batch
+            start[idx], end[idx], ok[idx], ph == "transient", measured, confidence
         )
         rows.append((kind, level, "throughput_rps", *est, int((ok[idx] & measured).sum())))
         hits = refused[idx][measured]

@@ -46,6 +46,7 @@ from llmlat._apis import API_NAMES
 from llmlat._client import Failover, RetryPolicy, Target
 from llmlat._loadshapes import ARRIVALS, LevelPlan, plan_levels
 from llmlat._redact import redact_url
+from llmlat._traces import read_trace
 from llmlat._transport import TRANSPORTS  # the values of SweepConfig.transport
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
 GROUPS = {
     "target": "target: what to measure",
     "load": "load shape: closed loop (--concurrency), open loop (--rate) or a trace (--trace)",
+    "auto": "adaptive sweeps (--concurrency auto, --rate auto): where to stop and what to spend",
     "length": "level length: per level, one value or a comma-separated list",
     "retry": "retries of 429, 5xx and connection errors",
     "run": "run settings",
@@ -71,6 +73,14 @@ GROUPS = {
 
 #: Values of :attr:`SweepConfig.cluster`: where the shards of a sharded sweep run.
 CLUSTERS = ("local", "ray")
+
+#: The value of ``concurrency`` or ``rate`` that asks for an adaptive sweep.
+AUTO = "auto"
+#: Defaults of the adaptive sweep's limits (see :mod:`llmlat._adaptive`).
+AUTO_MAX_CONCURRENCY = 256
+AUTO_START_RATE = 1.0
+AUTO_FIRST_REQUESTS = 20
+AUTO_MAX_429_RATE = 0.05
 
 _PLACEHOLDER_URL = "http://127.0.0.1"  # validates the target's options before the URL is known
 
@@ -165,6 +175,15 @@ class SweepConfig:
         kind=int,
         metavar="N",
     )
+    cache_system_prompt: bool = _option(
+        False,
+        "Mark the payload's system prompt cacheable: Anthropic gets cache_control ephemeral on "
+        "its last system block; OpenAI caches prompts of 1,024+ tokens by itself (nothing is "
+        "sent; the system message is the stable prefix). Records keep cached_tokens and "
+        "cache_creation_tokens as the server reports them.",
+        group="target",
+        kind=bool,
+    )
     simulator: Any = _option(  # noqa: RUF009 (a field)
         None,
         "Without url: the built-in simulator to measure, a preset name (e.g. article), a "
@@ -180,17 +199,19 @@ class SweepConfig:
         kind=bool,
     )
     # -- load shape
-    concurrency: int | Sequence[int] | None = _option(
+    concurrency: int | Sequence[int] | str | None = _option(
         None,
-        "Closed-loop levels: requests in flight (workers), e.g. 1,10,100.",
+        "Closed-loop levels: requests in flight (workers), e.g. 1,10,100; auto: grow from 1 "
+        "until throughput levels off, then add levels around the knee.",
         group="load",
         kind=int,
         metavar="N,N,...",
         levels=True,
     )
-    rate: float | Sequence[float] | None = _option(
+    rate: float | Sequence[float] | str | None = _option(
         None,
-        "Open-loop levels: requests sent per second, e.g. 1,2,4.",
+        "Open-loop levels: requests sent per second, e.g. 1,2,4; auto: grow from start_rate "
+        "until throughput levels off, then add levels below the capacity found.",
         group="load",
         kind=float,
         metavar="R,R,...",
@@ -198,10 +219,19 @@ class SweepConfig:
     )
     trace: Any = _option(  # noqa: RUF009 (a field)
         None,
-        "A trace to replay as one level: a CSV or parquet file (or in Python a table or a list) "
-        "of send times, with optional token counts.",
+        "A trace to replay as one level: a CSV, parquet or JSON-lines file (or in Python a table "
+        "or a list) of send times, with optional token counts; llmlat's columns, an Azure LLM "
+        "inference trace's (TIMESTAMP, ContextTokens, GeneratedTokens) or Mooncake's "
+        "(timestamp ms, input_length, output_length, hash_ids).",
         group="load",
         metavar="FILE",
+    )
+    trace_speed: float = _option(
+        1.0,
+        "Replay the trace this many times faster than recorded (0.5: at half the rate).",
+        group="load",
+        kind=float,
+        metavar="X",
     )
     think_time_s: float = _option(
         0.0,
@@ -231,6 +261,58 @@ class SweepConfig:
         group="load",
         kind=int,
         metavar="N",
+    )
+    # -- adaptive sweeps (llmlat._adaptive)
+    max_concurrency: int | None = _option(
+        None,
+        f"Concurrency auto: the largest level the search may try (default {AUTO_MAX_CONCURRENCY}).",
+        group="auto",
+        kind=int,
+        metavar="N",
+    )
+    start_rate: float | None = _option(
+        None,
+        f"Rate auto: the first, light rate, requests/s (default {AUTO_START_RATE:g}); without "
+        f"requests or duration_s it sends {AUTO_FIRST_REQUESTS} requests, enough to time one "
+        "request alone.",
+        group="auto",
+        kind=float,
+        metavar="R",
+    )
+    max_rate: float | None = _option(
+        None,
+        "Rate auto: the largest rate the search may try, requests/s (default: none).",
+        group="auto",
+        kind=float,
+        metavar="R",
+    )
+    max_requests: int | None = _option(
+        None,
+        "Auto sweeps: most requests sent in all; a level that would pass it is not started.",
+        group="auto",
+        kind=int,
+        metavar="N",
+    )
+    max_time_s: float | None = _option(
+        None,
+        "Auto sweeps: most seconds in all; a level expected to end past it is not started.",
+        group="auto",
+        kind=float,
+    )
+    max_p95_s: float | None = _option(
+        None,
+        "Auto sweeps: stop growing once a level's p95 latency exceeds this, seconds, and place "
+        "no level at or past that one (default: no limit).",
+        group="auto",
+        kind=float,
+    )
+    max_429_rate: float | None = _option(
+        None,
+        "Auto sweeps: stop growing once a level has more 429s than this per request (final "
+        f"or retried), and place no level at or past it (default {AUTO_MAX_429_RATE:g}).",
+        group="auto",
+        kind=float,
+        metavar="SHARE",
     )
     # -- level length
     requests: int | Sequence[int] | None = _option(
@@ -399,7 +481,7 @@ class SweepConfig:
         self.retry_policy()
         self.failover()
         self._check_run()
-        trace = _read_trace(self.trace) if isinstance(self.trace, str | os.PathLike) else self.trace
+        trace = read_trace(self.trace) if isinstance(self.trace, str | os.PathLike) else self.trace
         object.__setattr__(self, "_plans", _plan(self, trace))
 
     # ------------------------------------------------------------------ building
@@ -510,13 +592,24 @@ class SweepConfig:
             honour_retry_after=self.honour_retry_after,
         )
 
-    def plans(self) -> list[LevelPlan]:
+    def plans(self, **levels: Any) -> list[LevelPlan]:
         """Return the planned levels, in order (see :func:`llmlat._loadshapes.plan_levels`).
+
+        An adaptive sweep's config plans its first level; :mod:`llmlat._adaptive` plans the
+        next ones from it with ``levels``.
+
+        Parameters
+        ----------
+        **levels
+            ``concurrency=[...]`` or ``rate=[...]`` (and per-level ``requests``): plan these
+            levels with the other options.
 
         Returns
         -------
         list of LevelPlan
         """
+        if levels:
+            return _plan(self, None, **levels)
         return list(self._plans)  # type: ignore[attr-defined]
 
     def sim_config(self) -> Any:
@@ -570,7 +663,13 @@ class SweepConfig:
     # ------------------------------------------------------------------ checks
 
     def _check_run(self) -> None:
-        for name in ("simulator_process", "progress", "overwrite", "preconnect"):
+        for name in (
+            "simulator_process",
+            "progress",
+            "overwrite",
+            "preconnect",
+            "cache_system_prompt",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
         if not (
@@ -606,6 +705,7 @@ class SweepConfig:
         if self.save is not None and not isinstance(self.save, str | os.PathLike):
             raise ValueError(f"save: expected a file path, got {type(self.save).__name__}")
         self._check_shards()
+        self._check_auto()
         if self.transport not in TRANSPORTS:
             raise ValueError(
                 f"transport: {self.transport!r} is not allowed (one of {', '.join(TRANSPORTS)})"
@@ -628,6 +728,64 @@ class SweepConfig:
                 )
             if self.cluster == "local":
                 raise ValueError("ray_address: only with cluster ray (shards on a Ray cluster)")
+
+    def _check_auto(self) -> None:
+        for name in ("concurrency", "rate"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value != AUTO:
+                raise ValueError(f"{name}: {value!r} is not allowed (numbers, or {AUTO!r})")
+        auto = self.auto()
+        limits = {
+            "max_concurrency": ("concurrency", int, 1),
+            "start_rate": ("rate", float, 0),
+            "max_rate": ("rate", float, 0),
+            "max_requests": (None, int, 1),
+            "max_time_s": (None, float, 0),
+            "max_p95_s": (None, float, 0),
+            "max_429_rate": (None, float, 0),
+        }
+        for name, (kind, number, low) in limits.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if auto is None or kind not in (None, auto):
+                needs = f"{kind}={AUTO!r}" if kind else f"concurrency or rate {AUTO!r}"
+                raise ValueError(f"{name}: only used by an adaptive sweep ({needs})")
+            ok = isinstance(value, int | np.integer if number is int else int | float | np.number)
+            ok = ok and not isinstance(value, bool) and math.isfinite(value)
+            ok = ok and (value >= low if number is int else value > low)
+            if name == "max_429_rate":
+                ok = ok and value < 1
+            if not ok:
+                what = f"an integer >= {low}" if number is int else "a number > 0"
+                raise ValueError(f"{name}: {value!r} is not allowed ({what})")
+        if auto is None:
+            return
+        start, top = self.start_rate, self.max_rate
+        if start is not None and top is not None and start > top:
+            raise ValueError(f"start_rate: {start!r} is above max_rate {top!r}")
+        for name in ("requests", "duration_s"):
+            if isinstance(getattr(self, name), tuple):
+                raise ValueError(
+                    f"{name}: an adaptive sweep chooses its levels; give one value for all"
+                )
+        if self.shard_cluster() is not None:
+            raise ValueError(
+                f"{auto}: {AUTO!r} chooses each level from the last one, in one engine; a "
+                "sharded sweep (workers, cluster, ray_address) needs its levels up front"
+            )
+
+    def auto(self) -> str | None:
+        """Return ``"concurrency"`` or ``"rate"`` for an adaptive sweep, else None.
+
+        Returns
+        -------
+        str or None
+        """
+        for name in ("concurrency", "rate"):
+            if getattr(self, name) == AUTO:
+                return name
+        return None
 
     def shard_cluster(self) -> str | None:
         """Return where the shards run: ``"local"``, ``"ray"``, or None for one in-process engine.
@@ -854,33 +1012,32 @@ def _without_name(exc: ValueError) -> str:
     return rest if sep and name.isidentifier() else text
 
 
-def _read_trace(path: str | os.PathLike) -> Any:
-    import pandas as pd
+def _plan(config: SweepConfig, trace: Any, **overrides: Any) -> list[LevelPlan]:
+    """Plan the levels of ``config``; ``overrides`` replace options of :func:`plan_levels`.
 
-    path = Path(path)
-    try:
-        if path.suffix == ".parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"trace: cannot read {path} ({exc})") from None
-
-
-def _plan(config: SweepConfig, trace: Any) -> list[LevelPlan]:
-    return plan_levels(
-        concurrency=config.concurrency,
-        rate=config.rate,
-        trace=trace,
-        think_time_s=config.think_time_s,
-        arrival=config.arrival,
-        burstiness=config.burstiness,
-        max_in_flight=config.max_in_flight,
-        requests=config.requests,
-        duration_s=config.duration_s,
-        warmup=config.warmup,
-        warmup_s=config.warmup_s,
-        seed=config.seed,
-    )
+    An adaptive sweep is planned one level at a time (:mod:`llmlat._adaptive`, with the levels
+    so far as overrides); its config plans its first level.
+    """
+    auto = config.auto()
+    if auto is not None and not overrides:
+        first = 1 if auto == "concurrency" else (config.start_rate or AUTO_START_RATE)
+        overrides = {auto: [first]}
+    options = {
+        "concurrency": config.concurrency,
+        "rate": config.rate,
+        "trace": trace,
+        "think_time_s": config.think_time_s,
+        "arrival": config.arrival,
+        "burstiness": config.burstiness,
+        "max_in_flight": config.max_in_flight,
+        "requests": config.requests,
+        "duration_s": config.duration_s,
+        "warmup": config.warmup,
+        "warmup_s": config.warmup_s,
+        "seed": config.seed,
+        "trace_speed": config.trace_speed,
+    }
+    return plan_levels(**{**options, **overrides})
 
 
 SweepConfig.__doc__ = _with_options_doc(SweepConfig.__doc__)

@@ -86,6 +86,7 @@ REQUEST_COLUMNS: dict[str, str] = {
     "prompt_tokens": _I,
     "completion_tokens": _I,
     "cached_tokens": _I,
+    "cache_creation_tokens": _I,
     "served_by": _I,
     "failover_s": _F,
 }
@@ -175,6 +176,7 @@ class Record:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None
     served_by: int | None = None
     failover_s: float = _NAN
 

@@ -33,9 +33,6 @@ Definitions (per level of one sweep):
   of :func:`scipy.stats.quantile_test` (distribution-free), which hold for independent draws;
   with ``min_batch`` they are widened about the estimate by the square root of the batch-means
   variance inflation (:func:`variance_inflation`), as the fits widen a level's quantile.
-- **Throughput intervals** (:func:`throughput_interval`): the exact Poisson interval of the
-  completions in the rate's window, on an effective count corrected for their dispersion (the
-  squared CV of the gaps between completions times their batch-means variance inflation).
 - **Proportions** (a 429 share, :func:`proportion_interval`): Wilson's score interval on an
   effective sample size, ``n`` over the batch-means variance inflation (refusals come in runs).
 """
@@ -358,6 +355,59 @@ def throughput(
     return (float(w[done].sum()) / span if span > 0 else math.nan), False
 
 
+def throughput_interval(
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+    transient: np.ndarray,
+    measured: np.ndarray,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float]:
+    """Return the throughput of :func:`throughput` with its interval.
+
+    The window the rate is taken over is cut into equal sub-windows (up to 20, with at least
+    5 completions each on average), taken as batches; the interval is the wider of the
+    Student-t interval of their mean completion rate (completions bunch when requests share a
+    queue state, so the counts of whole sub-windows can vary more than a Poisson count) and
+    the normal interval of a Poisson count.
+
+    Parameters
+    ----------
+    start, end, ok, transient, measured : numpy.ndarray
+        As for :func:`throughput`.
+    confidence : float, default 0.95
+        Coverage of the interval.
+
+    Returns
+    -------
+    tuple of float
+        ``(rate, low, high)`` per second; the bounds are NaN with fewer than 2 completions.
+    """
+    from scipy.stats import norm, t  # lazy: scipy is slow to import
+
+    rate, windowed = throughput(start, end, ok, transient, measured)
+    done = ok & np.isfinite(end)
+    if math.isnan(rate):
+        return math.nan, math.nan, math.nan
+    if windowed:
+        a, b = steady_window(start[measured], end[measured], transient[measured])
+        ends = end[done & (end > a) & (end <= b)]
+    else:
+        known = measured & np.isfinite(start) & np.isfinite(end)
+        a, b = float(start[known].min()), float(end[known].max())
+        ends = end[done & measured]
+    n = len(ends)
+    if n < 2 or b <= a:
+        return rate, math.nan, math.nan
+    half = float(norm.ppf(0.5 + confidence / 2)) * math.sqrt(n) / (b - a)
+    bins = min(_MAX_BATCHES, n // _MIN_BATCH)
+    if bins >= 4:
+        rates = np.histogram(ends, bins=bins, range=(a, b))[0] / ((b - a) / bins)
+        se = float(rates.std(ddof=1)) / math.sqrt(bins)  # the sub-windows are the batches
+        half = max(half, float(t.ppf(0.5 + confidence / 2, bins - 1)) * se)
+    return rate, max(0.0, rate - half), rate + half
+
+
 def batch_means(values: np.ndarray, min_batch: int = 1) -> tuple[float, float, float]:
     """Mean and its standard error by overlapping batch means over the sequence's order.
 
@@ -510,62 +560,6 @@ def quantile_interval_ordered(
     est, low, high = quantile_interval(values, q, confidence)
     scale = math.sqrt(variance_inflation(values, min_batch))
     return est, est - (est - low) * scale, est + (high - est) * scale
-
-
-def throughput_interval(
-    start: np.ndarray,
-    end: np.ndarray,
-    ok: np.ndarray,
-    transient: np.ndarray,
-    measured: np.ndarray,
-    confidence: float = CONFIDENCE,
-    min_batch: int = 1,
-) -> tuple[float, float, float]:
-    """:func:`throughput` with an interval from the gaps between completions.
-
-    The ``k`` gaps between consecutive ok completions in the window the rate was taken over
-    (the steady window, else the measured span) give the dispersion of the completion count:
-    ``D = CV^2 * VIF`` (their squared coefficient of variation, times the batch-means variance
-    inflation of the gaps in order, batches of at least ``min_batch``: a closed level's N), 1
-    for a Poisson stream. The interval is the exact Poisson (chi-square) interval of
-    ``m = k / D`` events, scaled to the rate: right-skewed and positive however few the
-    completions, narrower than Poisson for a regular stream (``D`` is kept at least 0.01).
-
-    Parameters
-    ----------
-    start, end, ok, transient, measured : numpy.ndarray
-        As for :func:`throughput`.
-    confidence : float, default 0.95
-        Coverage of the interval.
-    min_batch : int, default 1
-        As for :func:`batch_means`.
-
-    Returns
-    -------
-    tuple of float
-        ``(rate, low, high)`` per second; NaN bounds with fewer than 3 completions.
-    """
-    from scipy.stats import chi2  # lazy: scipy is slow to import
-
-    rate, windowed = throughput(start, end, ok, transient, measured)
-    if math.isnan(rate):
-        return math.nan, math.nan, math.nan
-    done = ok & np.isfinite(end)
-    if windowed:
-        a, b = steady_window(start[measured], end[measured], transient[measured])
-        inside = done & (end > a) & (end <= b)
-    else:
-        inside = done & measured
-    gaps = np.diff(np.sort(end[inside]))
-    mean = float(gaps.mean()) if len(gaps) else math.nan
-    if len(gaps) < 2 or not mean > 0:
-        return rate, math.nan, math.nan
-    cv2 = float(gaps.var(ddof=1)) / mean**2
-    m = len(gaps) / max(0.01, cv2 * variance_inflation(gaps, min_batch))
-    alpha = 1.0 - confidence
-    low = float(chi2.ppf(alpha / 2, 2 * m)) / (2 * m)
-    high = float(chi2.ppf(1 - alpha / 2, 2 * m + 2)) / (2 * m)
-    return rate, rate * low, rate * high
 
 
 def proportion_interval(

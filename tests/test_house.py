@@ -26,6 +26,7 @@ PACKAGE = REPO / "llmlat"
 PUBLIC = [
     "Attempt",
     "FitResult",
+    "Prices",
     "Record",
     "RetryPolicy",
     "SimConfig",
@@ -44,6 +45,7 @@ PUBLIC = [
     "plot",
     "queueing",
     "read",
+    "request_costs",
     "schema",
     "sweep",
     "verify_plan",

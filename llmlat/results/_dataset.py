@@ -285,13 +285,18 @@ class SweepResult:
 
     # ------------------------------------------------------------ analysis
 
-    def summary(self, phase: str | None = "measure") -> pd.DataFrame:
+    def summary(self, phase: str | None = "measure", prices: Any = None) -> pd.DataFrame:
         """One row per level: counts, rates, throughput, latency/TTFT/ITL percentiles, checks.
 
         Parameters
         ----------
         phase : {"measure", "warmup"} or None, default "measure"
             Which rows to summarize; None takes warmup and measured rows together.
+        prices : llmlat.Prices or mapping, optional
+            Token prices in USD per million (``input``, ``output``, ``cache_read``,
+            ``cache_write``): adds ``cost_usd``, ``cost_per_1k_requests_usd``,
+            ``cost_per_hour_usd`` (at the level's measured throughput) and ``cost_unpriced``
+            (:mod:`llmlat.cost`).
 
         Returns
         -------
@@ -299,7 +304,7 @@ class SweepResult:
             See :func:`llmlat._summary.summarize` for every column and its definition
             (including the ``steady`` and ``client_bound`` rules).
         """
-        return summarize(self.requests, self.attempts, self.levels, phase=phase)
+        return summarize(self.requests, self.attempts, self.levels, phase=phase, prices=prices)
 
     def plot(self, kind: str = "latency", **kwargs: Any) -> Any:
         """Draw a figure of this sweep with ``llmlat.plot.<kind>(self, **kwargs)``.
