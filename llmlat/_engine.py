@@ -205,11 +205,11 @@ class Sweeper:
         if cfg.shard_cluster() is None:  # shards check their own share, in their process
             self._check_open_files()
         if cfg.url is not None:
-            return await self._run_against(cfg.url, None)
+            return await self._run_against(cfg.urls(), None)
         async with serve_simulator(cfg.sim_config(), in_process=not cfg.simulator_process) as sim:
             notice(f"no url given: measuring the built-in simulator at {sim.url}")
             self._model = cfg.model or sim.config.model
-            return await self._run_against(sim.url, jsonable(dataclasses.asdict(sim.config)))
+            return await self._run_against([sim.url], jsonable(dataclasses.asdict(sim.config)))
 
     # ------------------------------------------------------------------ the run
 
@@ -226,8 +226,9 @@ class Sweeper:
             "concurrency" if plans[0].workers else "max_in_flight",
         )
 
-    async def _run_against(self, url: str, sim_config: dict | None) -> SweepResult:
+    async def _run_against(self, urls: list[str], sim_config: dict | None) -> SweepResult:
         cfg = self.config
+        url = urls[0]  # the primary; the others are fallbacks (issue 14)
         if self._model is None:  # the server's first listed model, or a one-line error
             models = await list_models(cfg.target(url), transport=cfg.transport)
             self._model = models[0]
@@ -243,6 +244,7 @@ class Sweeper:
             "started_at": datetime.now(UTC).isoformat(),
             "t0_perf_s": self._t0_ns / 1e9,
             "url": redact_url(url),
+            "targets": [redact_url(u) for u in urls],  # served_by indexes this list
             "api": cfg.api,
             "model": self._model,
             "api_key_env": cfg.api_key_env,  # the name only, never the key
@@ -263,7 +265,7 @@ class Sweeper:
         if cfg.shard_cluster() is not None:  # shards in processes or on Ray, merged here
             from llmlat._shard import Coordinator
 
-            self._coordinator = Coordinator(self, url)
+            self._coordinator = Coordinator(self, url if len(urls) == 1 else tuple(urls))
             return await self._coordinator.run()
         if self._save is not None:
             from llmlat.results import DatasetWriter
@@ -284,6 +286,9 @@ class Sweeper:
                 t0_ns=self._t0_ns,
                 seed=cfg.seed,
                 transport=cfg.transport,
+                fallbacks=urls[1:],
+                failover=cfg.failover(),
+                rpm=cfg.client_rpm,
             ) as client:
                 for plan in self._level_plans():
                     if self._stopping:

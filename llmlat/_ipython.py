@@ -418,8 +418,9 @@ class LLMMagics(Magics):
             sim = self.simulator
             options["url"] = sim.url
             options.setdefault("model", sim.config.model)
-        if options.get("url") is not None:
-            _check_reachable(options["url"])
+        if options.get("url") is not None:  # the primary (fallbacks may well be down)
+            url = options["url"]
+            _check_reachable(url.split(",")[0].strip() if isinstance(url, str) else url[0])
         return options
 
     def _sweep(self, payload: Any, args: argparse.Namespace) -> SweepResult:

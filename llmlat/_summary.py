@@ -68,7 +68,8 @@ With an SLO (``slo={"ttft_s": ..., "itl_s": ..., "latency_s": ...}``, see
   of requests (:func:`llmlat.stats.proportion_interval`: runs of misses count as fewer draws).
 - ``goodput_rps``: requests meeting the SLO completed per second, counted like
   ``throughput_rps`` (same steady window), with ``goodput_low_rps``/``goodput_high_rps`` by
-  batch means over slices of the window (:func:`llmlat.stats.rate_interval`).
+  batch means over sub-windows, never narrower than a Poisson count's
+  (:func:`llmlat.stats.throughput_interval` with weights).
 """
 
 from __future__ import annotations
@@ -453,13 +454,13 @@ def _slo_stats(
     share, low, high = _stats.proportion_interval(hits, min_batch=batch)
     w_start, w_end = _stats.row_times(every)
     measured = ((every["_phase"] == "warmup") == (phase == "warmup")).to_numpy(bool)
-    good, g_low, g_high = _stats.rate_interval(
+    good, g_low, g_high = _stats.throughput_interval(
         w_start,
         w_end,
         _stats.ok_mask(every),
         (every["_phase"] == "transient").to_numpy(bool),
         measured | (phase is None),
-        every["_meets"].to_numpy(np.float64),
+        weights=every["_meets"].to_numpy(np.float64),
     )
     return {
         "slo_attainment": share,

@@ -12,7 +12,8 @@ default (the field's) and one validation, done when the config is built:
 - the target's fields (``url``, ``api``, ``model``, ``api_key_env``, ``headers``, ``timeout_s``,
   ``stream``, ``max_tokens``) by :class:`~llmlat._client.Target`;
 - the load shape and level lengths by :func:`llmlat._loadshapes.plan_levels`;
-- the retry policy by :class:`~llmlat._client.RetryPolicy`;
+- the retry policy by :class:`~llmlat._client.RetryPolicy`, the fallback rules by
+  :class:`~llmlat._client.Failover`;
 - the run settings here.
 
 A :class:`ValueError` names the option in its Python spelling (``"timeout_s: ..."``); the
@@ -42,7 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from llmlat._apis import API_NAMES
-from llmlat._client import RetryPolicy, Target
+from llmlat._client import Failover, RetryPolicy, Target
 from llmlat._loadshapes import ARRIVALS, LevelPlan, plan_levels
 from llmlat._redact import redact_url
 from llmlat._traces import read_trace
@@ -128,12 +129,13 @@ class SweepConfig:
     """
 
     # -- target
-    url: str | None = _option(
+    url: str | Sequence[str] | None = _option(
         None,
         "Base URL of the endpoint to measure (http://host:port or .../v1); without it the "
-        "built-in simulator is started for the run.",
+        "built-in simulator is started for the run. Several (a list, or comma-separated): the "
+        "first is the primary, the others fallbacks tried in order (see fallback_on).",
         group="target",
-        metavar="URL",
+        metavar="URL[,FALLBACK,...]",
     )
     api: str = _option(
         "openai-chat", "API flavour of the endpoint.", group="target", choices=API_NAMES
@@ -363,6 +365,41 @@ class SweepConfig:
     max_retry_wait_s: float = _option(
         60.0, "Cap on a server's Retry-After hint, seconds.", group="retry", kind=float
     )
+    backoff_jitter: bool = _option(
+        True,
+        "Full jitter: each backoff drawn uniformly below its exponential bound (off: the bound "
+        "itself, plain exponential backoff).",
+        group="retry",
+        kind=bool,
+    )
+    honour_retry_after: bool = _option(
+        True,
+        "Wait at least the server's Retry-After hint before a retry.",
+        group="retry",
+        kind=bool,
+    )
+    client_rpm: float | None = _option(
+        None,
+        "Client-side token bucket: at most this many attempts (retries too) per minute, evenly "
+        "spaced (shared out across shards); the wait shows as send lag or retry wait.",
+        group="retry",
+        kind=float,
+        metavar="RPM",
+    )
+    fallback_on: str | Sequence[str] = _option(
+        "429,5xx,timeout,connection",
+        "With several URLs: the errors that send an attempt on at once to the next URL (some "
+        "of 429, 5xx, timeout, connection), without a backoff or a retry spent.",
+        group="retry",
+        metavar="429,5xx,...",
+    )
+    failover_max_s: float = _option(
+        30.0,
+        "Failover budget: no failover to the next URL once this many seconds have passed since "
+        "the request's first send.",
+        group="retry",
+        kind=float,
+    )
     # -- run settings
     slo: dict[str, float] | None = _option(  # noqa: RUF009 (a field)
         None,
@@ -436,6 +473,12 @@ class SweepConfig:
     )
 
     def __post_init__(self) -> None:
+        if isinstance(self.url, str) and "," in self.url:
+            object.__setattr__(self, "url", tuple(u.strip() for u in self.url.split(",")))
+        elif isinstance(self.url, Sequence) and not isinstance(self.url, str):
+            object.__setattr__(self, "url", tuple(self.url))
+        if isinstance(self.fallback_on, Sequence) and not isinstance(self.fallback_on, str):
+            object.__setattr__(self, "fallback_on", tuple(self.fallback_on))
         for name in ("concurrency", "rate", "requests", "duration_s"):
             value = getattr(self, name)
             if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str):
@@ -447,7 +490,10 @@ class SweepConfig:
 
             object.__setattr__(self, "slo", check_slo(self.slo))
         self.target()  # validates the target's fields
+        for url in self.urls()[1:]:
+            Target(url)  # validates each fallback's URL
         self.retry_policy()
+        self.failover()
         self._check_run()
         trace = read_trace(self.trace) if isinstance(self.trace, str | os.PathLike) else self.trace
         object.__setattr__(self, "_plans", _plan(self, trace))
@@ -513,7 +559,7 @@ class SweepConfig:
         Target
         """
         return Target(
-            url or self.url or _PLACEHOLDER_URL,
+            url or (self.urls() or [_PLACEHOLDER_URL])[0],
             api=self.api,
             model=self.model,
             api_key_env=self.api_key_env,
@@ -522,6 +568,27 @@ class SweepConfig:
             stream=self.stream,
             max_tokens=self.max_tokens,
         )
+
+    def urls(self) -> list[str]:
+        """Return the URLs to measure: the primary first, then the fallbacks (empty: none given).
+
+        Returns
+        -------
+        list of str
+        """
+        if self.url is None:
+            return []
+        return [self.url] if isinstance(self.url, str) else list(self.url)
+
+    def failover(self) -> Failover:
+        """Return the :class:`~llmlat._client.Failover` rules of a run with fallback URLs.
+
+        Returns
+        -------
+        Failover
+        """
+        on = self.fallback_on if isinstance(self.fallback_on, str) else tuple(self.fallback_on)
+        return Failover(on=on, max_s=self.failover_max_s)
 
     def retry_policy(self) -> RetryPolicy:
         """Return the :class:`~llmlat._client.RetryPolicy` of the run.
@@ -535,6 +602,8 @@ class SweepConfig:
             backoff_base_s=self.backoff_base_s,
             backoff_max_s=self.backoff_max_s,
             max_retry_wait_s=self.max_retry_wait_s,
+            backoff_jitter=self.backoff_jitter,
+            honour_retry_after=self.honour_retry_after,
         )
 
     def plans(self, **levels: Any) -> list[LevelPlan]:
@@ -588,7 +657,8 @@ class SweepConfig:
         dict
         """
         meta = self.options()
-        meta["url"] = None if self.url is None else redact_url(self.url)
+        urls = [redact_url(u) for u in self.urls()]
+        meta["url"] = urls if len(urls) > 1 else urls[0] if urls else None
         meta["headers"] = None if self.headers is None else sorted(self.headers)
         if self.trace is not None:
             sends = self._plans[0].total()  # type: ignore[attr-defined]
@@ -623,6 +693,16 @@ class SweepConfig:
             and self.pause_s >= 0
         ):
             raise ValueError(f"pause_s: {self.pause_s!r} is not allowed (seconds >= 0)")
+        if not all(isinstance(u, str) for u in self.urls()) or (
+            self.url is not None and not self.urls()
+        ):
+            raise ValueError(f"url: expected a URL or a list of URLs, got {self.url!r}")
+        if self.client_rpm is not None and not (
+            isinstance(self.client_rpm, int | float)
+            and not isinstance(self.client_rpm, bool)
+            and 0 < self.client_rpm < math.inf
+        ):
+            raise ValueError(f"client_rpm: {self.client_rpm!r} is not allowed (a number > 0)")
         if self.url is not None and self.simulator is not None:
             raise ValueError("simulator: only used without url (measure one or the other)")
         if self.simulator is not None:

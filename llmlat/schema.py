@@ -87,6 +87,8 @@ REQUEST_COLUMNS: dict[str, str] = {
     "completion_tokens": _I,
     "cached_tokens": _I,
     "cache_creation_tokens": _I,
+    "served_by": _I,
+    "failover_s": _F,
     "meets_slo": "boolean",  # the sweep's slo= met (llmlat.stats.meets_slo); <NA> without one
 }
 
@@ -105,6 +107,7 @@ ATTEMPT_COLUMNS: dict[str, str] = {
     "error_kind": _S,
     "error": _S,
     "retry_after_s": _F,
+    "target": "int64",
     # what the provider declared on this answer (llmlat._ratelimit): its per-minute limits, the
     # budget left after this request, and seconds until the budget is full again
     "ratelimit_limit_requests": _I,
@@ -149,7 +152,11 @@ class Record:
     there is no coordinated omission); ``service_s`` counts from ``t_sent`` of the first attempt,
     taken once its connection is open (so it excludes the connect); ``connect_s`` is the TCP
     (and TLS) connect time of the first attempt (NaN on a reused connection); ``lag_s`` is
-    ``t_sent - t_scheduled - connect_s``: how late the client began sending.
+    ``t_sent - t_scheduled - connect_s``: how late the client began sending. With fallback
+    targets (``url=[primary, fallback, ...]``), ``served_by`` is the index of the target that
+    answered (``<NA>`` when none did) and ``failover_s`` the seconds from the first send to the
+    send of the answering attempt when a fallback answered (0 when the primary did, NaN when
+    none did).
     """
 
     run_id: str
@@ -185,6 +192,8 @@ class Record:
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     cache_creation_tokens: int | None = None
+    served_by: int | None = None
+    failover_s: float = _NAN
     meets_slo: bool | None = None
 
 
@@ -193,8 +202,9 @@ class Attempt:
     """One HTTP attempt of a logical request (see :data:`ATTEMPT_COLUMNS`).
 
     ``connect_s`` is the TCP (and TLS) connect time of the attempt, NaN on a reused connection;
-    ``t_sent`` is taken after it. ``retry_after_s`` and the ``ratelimit_*`` fields are what the
-    answer's headers said (``x-ratelimit-*``, ``anthropic-ratelimit-*``, ``retry-after``; see
+    ``t_sent`` is taken after it. ``target`` is the index of the URL it went to (0: the primary).
+    ``retry_after_s`` and the ``ratelimit_*`` fields are what the answer's headers said
+    (``x-ratelimit-*``, ``anthropic-ratelimit-*``, ``retry-after``; see
     :mod:`llmlat._ratelimit`), on every answered attempt, ``<NA>``/NaN when it said nothing.
     """
 
@@ -211,6 +221,7 @@ class Attempt:
     error_kind: str | None = None
     error: str | None = None
     retry_after_s: float = _NAN
+    target: int = 0
     ratelimit_limit_requests: int | None = None
     ratelimit_remaining_requests: int | None = None
     ratelimit_reset_requests_s: float = _NAN

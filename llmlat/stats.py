@@ -30,12 +30,13 @@ Definitions (per level of one sweep):
   batch-means variance still runs low (about half the truth at N = 2c); the calibration
   benchmark reports the coverage this gives.
 - **Quantiles** interpolate linearly (numpy's default); their intervals are the order statistics
-  of :func:`scipy.stats.quantile_test` (distribution-free).
-- **Rates** with an interval (:func:`rate_interval`: throughput, or goodput, the completions
-  meeting an SLO): batch means over equal time slices of the steady window; a sparse count
-  never narrower than its exact Poisson interval.
-- **Shares** of requests (:func:`proportion_interval`: SLO attainment): a Wilson interval on the
-  effective number of requests, ``n`` over the batch-means variance inflation.
+  of :func:`scipy.stats.quantile_test` (distribution-free), which hold for independent draws;
+  with ``min_batch`` they are widened about the estimate by the square root of the batch-means
+  variance inflation (:func:`variance_inflation`), as the fits widen a level's quantile.
+- **Proportions** (a 429 share, :func:`proportion_interval`): Wilson's score interval on an
+  effective sample size, ``n`` over the batch-means variance inflation (refusals come in runs).
+- **Goodput** (:func:`throughput_interval` with weights: the completions meeting an SLO) and
+  **SLO attainment** (:func:`proportion_interval` of ``meets_slo``).
 - **SLOs** (:func:`check_slo`, :func:`meets_slo`): bounds on ``ttft_s``, ``itl_s`` (a request's
   mean inter-token latency) and ``latency_s``; a failed request never meets one.
 """
@@ -64,12 +65,13 @@ __all__ = [
     "phases",
     "proportion_interval",
     "quantile_interval",
-    "rate_interval",
+    "quantile_interval_ordered",
     "row_times",
     "steady_window",
     "throughput",
     "throughput_interval",
     "transient_mask",
+    "variance_inflation",
 ]
 
 #: Confidence of every interval shown by default.
@@ -374,111 +376,6 @@ def throughput(
     return (float(w[counted].sum()) / (b - a) if b > a else math.nan), windowed
 
 
-def rate_interval(
-    start: np.ndarray,
-    end: np.ndarray,
-    ok: np.ndarray,
-    transient: np.ndarray,
-    measured: np.ndarray,
-    weights: np.ndarray | None = None,
-    confidence: float = CONFIDENCE,
-) -> tuple[float, float, float]:
-    """:func:`throughput` with an interval: batch means over equal slices of its window.
-
-    The window is cut into up to 20 equal slices in time (at least about 10 completions
-    each); each slice's rate is one batch mean, and the interval is Student's t on them
-    (non-overlapping batch means), so a rate that wanders within the window widens it. A
-    sparse count (no weights, or 0/1 weights; fewer than 5 per slice) gets at least the exact
-    Poisson interval of its total. The estimate is exactly
-    :func:`throughput`'s.
-
-    Parameters
-    ----------
-    start, end, ok, transient, measured, weights
-        As for :func:`throughput` (e.g. ``weights`` 1 for a request meeting an SLO, 0 for
-        one missing it: goodput).
-    confidence : float, default 0.95
-        Coverage of the interval.
-
-    Returns
-    -------
-    tuple of float
-        ``(rate, low, high)`` per second; the bounds are NaN with fewer than 2 slices' worth
-        of completions.
-    """
-    w = np.ones(len(start)) if weights is None else np.asarray(weights, dtype=np.float64)
-    a, b, counted, _ = _window(start, end, ok, transient, measured)
-    if math.isnan(a) or not b > a:
-        return math.nan, math.nan, math.nan
-    rate = float(w[counted].sum()) / (b - a)
-    k = int(min(_MAX_BATCHES, counted.sum() // (2 * _MIN_BATCH)))
-    if k < 2:
-        return rate, math.nan, math.nan
-    slot = np.minimum(((end[counted] - a) / (b - a) * k).astype(int), k - 1)
-    per_slice = np.bincount(slot, weights=w[counted], minlength=k) / ((b - a) / k)
-    # the slices are the batches (non-overlapping batch means, Student t on k - 1 df): long
-    # enough in time that the correlation of neighbouring completions stays inside them
-    from scipy.stats import t as student  # lazy: scipy is slow to import
-
-    half = float(student.ppf(0.5 + confidence / 2, k - 1)) * float(per_slice.std(ddof=1))
-    low, high = rate - half / math.sqrt(k), rate + half / math.sqrt(k)
-    count = float(w[counted].sum())
-    if count < 5 * k and (weights is None or np.isin(w, (0.0, 1.0)).all()):
-        # a sparse count (a few per slice, or none: zero-width batch means) gets at least the
-        # exact Poisson interval of its total
-        from scipy.stats import chi2  # lazy: scipy is slow to import
-
-        alpha = 1.0 - confidence
-        p_low = chi2.ppf(alpha / 2, 2 * count) / 2 if count else 0.0
-        p_high = chi2.ppf(1 - alpha / 2, 2 * count + 2) / 2
-        low, high = min(low, p_low / (b - a)), max(high, p_high / (b - a))
-    return rate, max(0.0, low), high
-
-
-def proportion_interval(
-    hits: np.ndarray, confidence: float = CONFIDENCE, min_batch: int = 1
-) -> tuple[float, float, float]:
-    """Return a share of requests (e.g. meeting an SLO) with a Wilson interval on its n.
-
-    Consecutive requests share queue states, so their hits come in runs: the effective number
-    of requests is ``n`` over the variance inflation that :func:`batch_means` measures (at
-    least 1), and the Wilson score interval on it stays inside [0, 1] and is not zero-width
-    when every request hit (or none did).
-
-    Parameters
-    ----------
-    hits : numpy.ndarray
-        Boolean (or 0/1) per request, in request order.
-    confidence : float, default 0.95
-        Coverage of the interval.
-    min_batch : int, default 1
-        As for :func:`batch_means`.
-
-    Returns
-    -------
-    tuple of float
-        ``(share, low, high)``; all NaN without requests.
-    """
-    from scipy.stats import norm  # lazy: scipy is slow to import
-
-    x = np.asarray(hits, dtype=np.float64)
-    n = len(x)
-    if n == 0:
-        return math.nan, math.nan, math.nan
-    p = float(x.mean())
-    vif = 1.0
-    if n > 1 and 0 < p < 1:
-        se = batch_means(x, min_batch)[1]
-        vif = max(1.0, se**2 / (float(x.var(ddof=1)) / n))
-    m = n / vif
-    z = float(norm.ppf(0.5 + confidence / 2))
-    centre = (p + z * z / (2 * m)) / (1 + z * z / m)
-    half = z / (1 + z * z / m) * math.sqrt(p * (1 - p) / m + z * z / (4 * m * m))
-    # exact at the edges (the score interval's bound there is 0 or 1, up to rounding)
-    low = 0.0 if p == 0 else max(0.0, centre - half)
-    return p, low, 1.0 if p == 1 else min(1.0, centre + half)
-
-
 #: SLO keys (what ``slo=`` takes) -> the request column each bounds. ``itl_s`` bounds a
 #: request's mean inter-token latency (its time per output token while streaming).
 SLO_COLUMNS = {"ttft_s": "ttft_s", "itl_s": "itl_mean_s", "latency_s": "latency_s"}
@@ -563,6 +460,7 @@ def throughput_interval(
     transient: np.ndarray,
     measured: np.ndarray,
     confidence: float = CONFIDENCE,
+    weights: np.ndarray | None = None,
 ) -> tuple[float, float, float]:
     """Return the throughput of :func:`throughput` with its interval.
 
@@ -570,7 +468,8 @@ def throughput_interval(
     5 completions each on average), taken as batches; the interval is the wider of the
     Student-t interval of their mean completion rate (completions bunch when requests share a
     queue state, so the counts of whole sub-windows can vary more than a Poisson count) and
-    the normal interval of a Poisson count.
+    the normal interval of a Poisson count (with none counted: the exact upper bound of a
+    zero count, so it is never zero-width).
 
     Parameters
     ----------
@@ -578,32 +477,32 @@ def throughput_interval(
         As for :func:`throughput`.
     confidence : float, default 0.95
         Coverage of the interval.
+    weights : numpy.ndarray, optional
+        0/1 per row: count only some completions, e.g. those meeting an SLO (goodput).
 
     Returns
     -------
     tuple of float
         ``(rate, low, high)`` per second; the bounds are NaN with fewer than 2 completions.
     """
-    from scipy.stats import norm, t  # lazy: scipy is slow to import
+    from scipy.stats import chi2, norm, t  # lazy: scipy is slow to import
 
-    rate, windowed = throughput(start, end, ok, transient, measured)
-    done = ok & np.isfinite(end)
+    rate, _ = throughput(start, end, ok, transient, measured, weights)
     if math.isnan(rate):
         return math.nan, math.nan, math.nan
-    if windowed:
-        a, b = steady_window(start[measured], end[measured], transient[measured])
-        ends = end[done & (end > a) & (end <= b)]
-    else:
-        known = measured & np.isfinite(start) & np.isfinite(end)
-        a, b = float(start[known].min()), float(end[known].max())
-        ends = end[done & measured]
-    n = len(ends)
+    a, b, counted, _ = _window(start, end, ok, transient, measured)
+    ends = end[counted]
+    w = np.ones(len(ends)) if weights is None else np.asarray(weights, np.float64)[counted]
+    n, count = len(ends), float(w.sum())
     if n < 2 or b <= a:
         return rate, math.nan, math.nan
-    half = float(norm.ppf(0.5 + confidence / 2)) * math.sqrt(n) / (b - a)
+    if count > 0:
+        half = float(norm.ppf(0.5 + confidence / 2)) * math.sqrt(count) / (b - a)
+    else:
+        half = float(chi2.ppf(confidence, 2)) / 2 / (b - a)  # one-sided: the rate is >= 0
     bins = min(_MAX_BATCHES, n // _MIN_BATCH)
     if bins >= 4:
-        rates = np.histogram(ends, bins=bins, range=(a, b))[0] / ((b - a) / bins)
+        rates = np.histogram(ends, bins=bins, range=(a, b), weights=w)[0] / ((b - a) / bins)
         se = float(rates.std(ddof=1)) / math.sqrt(bins)  # the sub-windows are the batches
         half = max(half, float(t.ppf(0.5 + confidence / 2, bins - 1)) * se)
     return rate, max(0.0, rate - half), rate + half
@@ -709,3 +608,90 @@ def quantile_interval(
     low = float(x[lo_rank - 1]) if lo_rank >= 1 else math.nan
     high = float(x[hi_rank]) if hi_rank < n else math.nan
     return est, low, high
+
+
+def variance_inflation(values: np.ndarray, min_batch: int = 1) -> float:
+    """How much correlation in request order inflates the variance of the mean, at least 1.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations in request order (NaN-free).
+    min_batch : int, default 1
+        As for :func:`batch_means`.
+
+    Returns
+    -------
+    float
+        ``(batch-means se / independent-draws se)**2``; 1 when it cannot be told.
+    """
+    n = len(values)
+    if n < 2:
+        return 1.0
+    std = float(np.std(values, ddof=1))
+    if not std > 0:
+        return 1.0
+    se = batch_means(values, min_batch)[1]
+    return max(1.0, (se / (std / math.sqrt(n))) ** 2)
+
+
+def quantile_interval_ordered(
+    values: np.ndarray, q: float, confidence: float = CONFIDENCE, min_batch: int = 1
+) -> tuple[float, float, float]:
+    """:func:`quantile_interval` of values in request order, widened for their correlation.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations in request order (NaN-free).
+    q : float
+        Probability in (0, 1).
+    confidence : float, default 0.95
+        Coverage of the interval.
+    min_batch : int, default 1
+        As for :func:`batch_means` (a closed level's N).
+
+    Returns
+    -------
+    tuple of float
+        ``(estimate, low, high)``: each side of the order-statistic interval stretched by the
+        square root of :func:`variance_inflation`; a bound the sample cannot give is NaN.
+    """
+    est, low, high = quantile_interval(values, q, confidence)
+    scale = math.sqrt(variance_inflation(values, min_batch))
+    return est, est - (est - low) * scale, est + (high - est) * scale
+
+
+def proportion_interval(
+    hits: np.ndarray, confidence: float = CONFIDENCE, min_batch: int = 1
+) -> tuple[float, float, float]:
+    """Return a share with Wilson's score interval on the batch-means effective sample size.
+
+    Parameters
+    ----------
+    hits : numpy.ndarray
+        0/1 (or boolean) outcomes in request order.
+    confidence : float, default 0.95
+        Coverage of the interval.
+    min_batch : int, default 1
+        As for :func:`batch_means`.
+
+    Returns
+    -------
+    tuple of float
+        ``(share, low, high)``; all NaN without data.
+    """
+    from scipy.stats import norm  # lazy: scipy is slow to import
+
+    x = np.asarray(hits, dtype=np.float64)
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    p = float(x.mean())
+    m = n / variance_inflation(x, min_batch)
+    z = float(norm.ppf(0.5 + confidence / 2))
+    centre = (p + z * z / (2 * m)) / (1 + z * z / m)
+    half = z / (1 + z * z / m) * math.sqrt(p * (1 - p) / m + z * z / (4 * m * m))
+    # exact at the edges (the score interval's bound there is 0 or 1, up to rounding)
+    low = 0.0 if p == 0 else max(0.0, centre - half)
+    return p, low, 1.0 if p == 1 else min(1.0, centre + half)

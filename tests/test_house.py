@@ -38,6 +38,8 @@ PUBLIC = [
     "__version__",
     "asweep",
     "compare",
+    "compare_fits",
+    "compare_runs",
     "datasets",
     "fit",
     "plot",
@@ -47,6 +49,7 @@ PUBLIC = [
     "schema",
     "sweep",
     "verify_plan",
+    "policy_lab",
 ]
 
 

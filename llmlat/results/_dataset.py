@@ -349,10 +349,31 @@ class SweepResult:
             If ``llmlat.plot`` has no public function named ``kind``.
         """
         module = importlib.import_module("llmlat.plot")
-        names = getattr(module, "__all__", [])
+        tables = getattr(module, "TABLE_FIGURES", ())
+        names = [n for n in getattr(module, "__all__", []) if n not in tables]
         if kind not in names:
             raise ValueError(f"kind: unknown plot {kind!r}; expected one of {sorted(names)}")
         return getattr(module, kind)(self, **kwargs)
+
+    def compare(self, *others: SweepResult, confidence: float = 0.95) -> pd.DataFrame:
+        """Compare other sweeps with this one, level by level (this one is the baseline).
+
+        Parameters
+        ----------
+        *others : SweepResult
+            One or more sweeps of the same target.
+        confidence : float, default 0.95
+            Coverage of each difference interval.
+
+        Returns
+        -------
+        pandas.DataFrame
+            See :func:`llmlat.compare_runs`: per level, the differences of p50 and p95 latency,
+            throughput and 429 share, with intervals; levels in one run only say so.
+        """
+        from llmlat.comparison import compare_runs
+
+        return compare_runs([self, *others], confidence=confidence)
 
     # ------------------------------------------------------------ combining
 
