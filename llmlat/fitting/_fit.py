@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from llmlat._aggregate import Observed, observe
+from llmlat._aggregate import Observed, latency_levels, observe
 from llmlat._models import MODELS, Model
 from llmlat.fitting._estimate import _estimate, _Problem
 from llmlat.fitting._results import FitResult
@@ -54,6 +54,10 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
             fixed["gamma"] = 1.0 if gamma is None else float(gamma)
+        lv = latency_levels(obs).levels
+        if "itl_s" in lv and np.isfinite(lv["itl_s"]).all():  # start from the step times
+            cols = ("level", "itl_s", "se_itl_s")
+            fixed["itl_levels"] = tuple(lv[c].to_numpy(dtype=np.float64) for c in cols)
     if model.family == "mmc" and obs.system_k is not None:
         fixed["k_sys"] = obs.system_k
     if model.family == "mmc":
