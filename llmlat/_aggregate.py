@@ -210,7 +210,8 @@ def _from_requests(
         table["tokens_mean"] = np.nan
     table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
     if "itl_mean_s" in req:  # streamed: the decode step time of each level
-        itl = pd.to_numeric(req["itl_mean_s"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        itl = pd.to_numeric(req["itl_mean_s"], errors="coerce")
+        itl = itl.to_numpy(np.float64, na_value=np.nan)
         table["itl_s"], table["se_itl_s"] = _itl_stats(np.split(itl[ok][order], cuts), batch)
     table["cv_alone"], table["n_alone"] = _alone_cv(start, end, values, ok, lv_all, levels)
     if kind == "rate":

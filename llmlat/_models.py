@@ -316,19 +316,14 @@ class Model:
         return np.asarray(theta)
 
     def _batch_start(self, n: np.ndarray, means: np.ndarray, k: int | None, fixed: dict):
-        step = fixed.get("itl_levels")
-        if step is not None and k is not None:
-            t0, t1 = _segmented_step(*step, k)
-            if t0 > 0 and t1 > 0:
-                theta = [np.log(t0), np.log(t1)]
-                theta += [0.0] * ("gamma" in self.free) + [np.log(0.5)] * ("join_steps" in self.free)
-                return np.asarray(theta)
         tokens = fixed["tokens"]
         ok = np.isfinite(means) & (n <= (k or np.inf))
         if ok.sum() >= 2:
             slope, icept = np.polyfit(n[ok], means[ok] / tokens, 1)
         else:
             slope, icept = 0.0, float(np.nanmin(means)) / tokens
+        if "itl_levels" in fixed and k is not None:  # streamed: the step times say it best
+            icept, slope = _segmented_step(*fixed["itl_levels"], k)
         base = float(np.nanmin(means)) / tokens
         t0 = icept if icept > 0.05 * base else 0.5 * base
         t1 = slope if slope > 1e-6 * base else 0.01 * base
@@ -350,7 +345,7 @@ def _segmented_step(n: np.ndarray, itl: np.ndarray, se: np.ndarray, slots: int):
 
     x = np.minimum(n, slots).astype(np.float64)
     if np.ptp(x) == 0:
-        return np.nan, np.nan
+        return 0.0, 0.0
     w = 1.0 / np.fmax(se, 1e-6 * itl) ** 2
     t0, t1 = sm.WLS(itl, sm.add_constant(x, has_constant="add"), weights=w).fit().params
     return float(t0), float(t1)

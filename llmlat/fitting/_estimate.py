@@ -13,6 +13,10 @@ from llmlat._aggregate import Observed, latency_levels
 from llmlat._models import Model
 
 _LOG2PI = np.log(2 * np.pi)
+#: A batching level past the slot cap shows its queue when the wait grew by this share of its
+#: latency over the lightest level's (InferenceX at N = 512: 1%; a queue of a tenth of the slots
+#: waits about a tenth of the decode time).
+_QUEUE_SHARE = 0.1
 
 
 class _Likelihood(GenericLikelihoodModel):
@@ -125,6 +129,24 @@ class _Problem:
         self.itl_y = y
         self.itl_se = y * np.sqrt(np.where(np.isfinite(rel), rel, floor) ** 2 + floor**2)
         self.n_itl = len(y)
+
+    def queue_shows(self, loads: np.ndarray) -> bool:
+        """Whether requests waited for a slot at any of these (streamed batching) levels.
+
+        A request's time is its wait plus its decode, output tokens times the step time (ITL);
+        below the cap the wait is the prefill and the join, as at the lightest level. A level
+        whose wait grew by more than :data:`_QUEUE_SHARE` of its latency held requests in a
+        queue for slots: its step time is that of a full batch, which pins the cap.
+        """
+        if not self.n_itl or not len(loads):
+            return False
+        lv = self.obs.levels
+        tokens = lv["tokens_mean"].to_numpy(dtype=np.float64)
+        tokens = np.where(np.isfinite(tokens), tokens, self.fixed["tokens"])
+        latency = lv["mean_s"].to_numpy(dtype=np.float64)
+        wait = latency - tokens * self.itl_y
+        grown = (wait - wait[0]) > _QUEUE_SHARE * latency
+        return bool(np.any(grown & np.isin(self.loads, loads)))
 
     def _block_llobs(self, p: dict) -> np.ndarray:
         """Per level: the binomial log-likelihood of its refusals (quasi: weighted by 1/vif).
@@ -543,17 +565,34 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
     outside = np.any((full[:n] < lower - 1e-9) | (full[:n] > upper + 1e-9))
     if not np.isfinite(res.llf) or res.llf < llf - 1e-6 or outside:
         full, cov = start, _inverse_curvature(mod, start)
-    if cov is None or not np.all(np.isfinite(np.diag(cov))):
+    at_bound = np.r_[
+        (full[:n] - lower < 1e-6) | (upper - full[:n] < 1e-6), np.zeros(len(full) - n, bool)
+    ]
+    if (cov is None or not np.all(np.isfinite(np.diag(cov)))) and at_bound.any():
+        # a parameter on its bound (e.g. join_steps at one whole step) has no curvature
+        # there: the others' covariance is taken with it held
+        cov = _inverse_curvature(mod, full, ~at_bound)
+    if cov is None or not np.all(np.isfinite(np.diag(cov))[~at_bound]):
         cov = np.full((len(full), len(full)), np.nan)
     return full, cov, problem.llf_exact(full, k)
 
 
-def _inverse_curvature(mod: _Likelihood, theta: np.ndarray) -> np.ndarray | None:
-    """Covariance from the numerical Hessian at ``theta``, or None when it is not definite."""
+def _inverse_curvature(
+    mod: _Likelihood, theta: np.ndarray, keep: np.ndarray | None = None
+) -> np.ndarray | None:
+    """Covariance from the numerical Hessian at ``theta``, or None when it is not definite.
+
+    With ``keep``, only those parameters (the others held fixed; their rows are NaN).
+    """
+    keep = np.ones(len(theta), bool) if keep is None else keep
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         try:
-            cov = np.linalg.inv(-np.asarray(mod.hessian(theta)))
+            sub = np.linalg.inv(-np.asarray(mod.hessian(theta))[np.ix_(keep, keep)])
         except np.linalg.LinAlgError:
             return None
-    return cov if np.all(np.diag(cov) > 0) else None
+    if not np.all(np.diag(sub) > 0):
+        return None
+    cov = np.full((len(theta), len(theta)), np.nan)
+    cov[np.ix_(keep, keep)] = sub
+    return cov

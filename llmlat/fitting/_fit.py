@@ -54,8 +54,8 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
             fixed["gamma"] = 1.0 if gamma is None else float(gamma)
-        lv = latency_levels(obs).levels
-        if "itl_s" in lv and np.isfinite(lv["itl_s"]).all():  # start from the step times
+        if _streamed(obs):  # start from the step times
+            lv = latency_levels(obs).levels
             cols = ("level", "itl_s", "se_itl_s")
             fixed["itl_levels"] = tuple(lv[c].to_numpy(dtype=np.float64) for c in cols)
     if model.family == "mmc" and obs.system_k is not None:
@@ -179,8 +179,8 @@ def _pick_model(name: str, obs: Observed, gamma) -> Model:
         raise ValueError(
             f"model: expected one of {', '.join(_MODEL_NAMES)} or 'auto', got {name!r}"
         )
-    if name == "batch":
-        return MODELS["batch_linear" if len(obs.levels) >= 6 else "batch_few"]
+    if name == "batch":  # the wait to join a batch shows in the step times, if streamed
+        return MODELS["batch_linear" if len(obs.levels) >= 6 or _streamed(obs) else "batch_few"]
     model = MODELS[name]
     if obs.kind not in model.kinds:
         hint = {"mgc": "use 'mmc' or 'closed' for a concurrency sweep", "closed": "use 'mmc'"}
@@ -204,6 +204,12 @@ def _dropped_text(obs: Observed) -> str:
     return f" (left out: {why}{hint}{', '.join(f'{v:g}' for v in add)})"
 
 
+def _streamed(obs: Observed) -> bool:
+    """Whether every level has its decode step time (mean ITL), which the batch fit uses."""
+    lv = latency_levels(obs).levels
+    return "itl_s" in lv and len(lv) >= 3 and bool(np.isfinite(lv["itl_s"]).all())
+
+
 def _check_levels(model: Model, obs: Observed, method: str) -> None:
     n = len(obs.levels)
     if n < 2:
@@ -214,6 +220,8 @@ def _check_levels(model: Model, obs: Observed, method: str) -> None:
         )
     if method == "wls":
         need = len(model.free) + 1 + (model.integer is not None)
+        if model.family == "batch" and _streamed(obs):  # a step time and a scale per level
+            need = max((len(model.free) + (model.integer is not None) + 2) // 2, 2)
         if n <= need:
             raise ValueError(
                 f"level: {n} levels cannot identify {need} parameters of {model.name!r} by "
