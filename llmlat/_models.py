@@ -323,7 +323,8 @@ class Model:
         else:
             slope, icept = 0.0, float(np.nanmin(means)) / tokens
         if "itl_levels" in fixed and k is not None:  # streamed: the step times say it best
-            icept, slope = _segmented_step(*fixed["itl_levels"], k)
+            levels, itl, se = fixed["itl_levels"]
+            icept, slope = _segmented_step(levels, itl, se, k)
         base = float(np.nanmin(means)) / tokens
         t0 = icept if icept > 0.05 * base else 0.5 * base
         t1 = slope if slope > 1e-6 * base else 0.01 * base

@@ -116,7 +116,8 @@ class _Problem:
         the same batch (N = 1) has a zero spread, yet the model of the mean batch is approximate.
         """
         self.n_itl = 0
-        self._weight = 1.0
+        self.itl_y = self.itl_se = np.empty(0)
+        self._weight = np.ones(1)
         if self.model.family != "batch" or self.method != "wls" or "itl_s" not in lv:
             return
         y = lv["itl_s"].to_numpy(dtype=np.float64)

@@ -266,6 +266,10 @@ def fit(
     model : {"auto", "mm1", "mmc", "mgc", "closed", "batch"}, default "auto"
         ``auto`` fits every applicable model by least squares, keeps the lowest AIC and refits
         it with the default method. ``closed`` is M/M/c with the think time estimated too.
+        ``batch`` on streamed requests (``itl_mean_s``, or ``itl_mean_s``/``itl_std_s`` in a
+        per-level table) also fits each level's mean inter-token latency, the decode step time
+        of its batch (min(N, slots) in a closed loop), with its own error scale: that pins t0,
+        t1 and, at a level whose requests waited for a slot, the slot cap.
     metric : {"latency", "ttft"}, default "latency"
         The time to model (``latency_s`` or ``ttft_s``).
     stat : {"mean", "p50", "p95"}, default "mean"
