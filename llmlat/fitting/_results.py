@@ -460,6 +460,8 @@ class FitResult:
         tpm: float | None = None,
         tokens_per_request: float | None = None,
         max_utilization: float | None = None,
+        budget_usd_per_hour: float | None = None,
+        cost_per_request_usd: float | None = None,
     ) -> Plan:
         """Find the largest load that keeps a latency statistic under a target.
 
@@ -479,6 +481,12 @@ class FitResult:
             Tokens one request counts against ``tpm`` (default: mean prompt + completion).
         max_utilization : float, optional
             Keep the rate under this share of capacity, e.g. 0.7 ("lambda under 70% of c mu").
+        budget_usd_per_hour : float, optional
+            Spend limit: the rate stays under ``budget_usd_per_hour / 3600 /
+            cost_per_request_usd`` (binding: ``"budget"``).
+        cost_per_request_usd : float, optional
+            What one request costs, needed with the budget: e.g. the
+            ``cost_per_1k_requests_usd / 1000`` of ``result.summary(prices=...)``.
 
         Returns
         -------
@@ -491,9 +499,22 @@ class FitResult:
         targets = {k: float(v) for k, v in asked.items() if v is not None}
         if len(targets) > 1:
             raise ValueError(f"target: give one of p50/p95/p99/mean, got {sorted(targets)}")
-        if not targets and rpm is None and tpm is None and max_utilization is None:
-            raise ValueError("target: give p95=..., mean=..., rpm=..., tpm=... or max_utilization")
-        for name, v in {**targets, "rpm": rpm, "tpm": tpm}.items():
+        money = {
+            "budget_usd_per_hour": budget_usd_per_hour,
+            "cost_per_request_usd": cost_per_request_usd,
+        }
+        limits_given = (rpm, tpm, max_utilization, budget_usd_per_hour)
+        if not targets and all(v is None for v in limits_given):
+            raise ValueError(
+                "target: give p95=..., mean=..., rpm=..., tpm=..., max_utilization or "
+                "budget_usd_per_hour"
+            )
+        if budget_usd_per_hour is not None and cost_per_request_usd is None:
+            raise ValueError(
+                "cost_per_request_usd: needed with budget_usd_per_hour (e.g. "
+                "summary(prices=...).cost_per_1k_requests_usd / 1000)"
+            )
+        for name, v in {**targets, "rpm": rpm, "tpm": tpm, **money}.items():
             if v is not None and not v > 0:
                 raise ValueError(f"{name}: must be positive")
         if max_utilization is not None and not 0 < max_utilization <= 1:
@@ -514,6 +535,8 @@ class FitResult:
                         "tokens_per_request: needed with tpm (the data has no token counts)"
                     )
             limits["tpm limit"] = tpm / 60.0 / tok
+        if budget_usd_per_hour is not None and cost_per_request_usd is not None:
+            limits["budget"] = budget_usd_per_hour / 3600.0 / cost_per_request_usd
         limit = min(limits.values(), default=np.inf)
         ucap = cap_low * max_utilization if max_utilization is not None else np.inf
         target, notes = "", ["bounds on the conservative end of the 95% intervals"]
@@ -583,6 +606,7 @@ class FitResult:
             statistic=stat,
             target_s=value,
             capacity_identified=self.capacity_identified,
+            budget_rate_rps=float(limits.get("budget", np.inf)),
         )
 
     def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:
