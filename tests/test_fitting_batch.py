@@ -55,6 +55,11 @@ def test_one_level_past_the_cap_identifies_it_from_the_step_times():
         assert res.params[name] == pytest.approx(truth, rel=0.01)
         assert ci.loc[name, "lower"] < ci.loc[name, "upper"]
     assert res._problem.n_itl == 5  # the step times were used
+    assert not any("step times" in n for n in res.notes)
+    # step times off the batch model by 1% either way, level by level: said, not hidden
+    wobble = 1 + 0.01 * (-1.0) ** np.log2(data["level"].to_numpy())
+    bent = fit(data.assign(itl_mean_s=data["itl_mean_s"] * wobble), model="batch")
+    assert any(n.startswith("warning: the decode step times") for n in bent.notes)
     # the same sweep without streaming: latency alone, one level past the cap is not enough
     plain = fit(data.drop(columns=["itl_mean_s"]), model="batch")
     assert plain._problem.n_itl == 0 and not plain.capacity_identified
