@@ -95,9 +95,10 @@ class FitResult:
         self.fixed = pd.Series(
             {k: v for k, v in est.p.items() if k in keep and k not in names}, dtype=np.float64
         )
-        self.scale = float(np.exp(est.theta[-1])) if pr.method == "wls" else np.nan
+        self.scale = float(np.exp(est.theta[nfree])) if pr.method == "wls" else np.nan
         self.llf, self.nobs = est.llf, pr.nobs
-        self.df_model = len(est.theta) + (m.integer is not None)
+        # llf is the latency's alone (the step times' scale is not in it)
+        self.df_model = len(est.theta) - (pr.n_scales - 1) + (m.integer is not None)
         self.aic = -2 * self.llf + 2 * self.df_model
         self.bic = -2 * self.llf + np.log(self.nobs) * self.df_model
         self.capacity_rps = m.capacity(est.p)
@@ -279,9 +280,11 @@ class FitResult:
         The integer is not identified when its profile stays flat up to the search bound (no
         saturation), or, in a closed loop, when fewer than two measured levels lie above its
         interval: a queue then builds at one level at most, and the integer just absorbs that
-        level's latency. A continuous parameter is not identified when it sits at the edge of
-        its search range, the likelihood has no curvature in it, or its 95% interval spans a
-        factor of more than :data:`_WIDEST`.
+        level's latency (for a batch fit with step times one such level is enough when its
+        requests clearly waited for a slot: its inter-token latency is then the step time of a
+        full batch, which pins the cap). A continuous parameter is not identified when it sits
+        at the edge of its search range, the likelihood has no curvature in it, or its 95%
+        interval spans a factor of more than :data:`_WIDEST`.
         """
         m, pr = self._model, self._problem
         out: dict[str, str] = {}
@@ -298,7 +301,7 @@ class FitResult:
                     f"saturation up to {top:g}); measure at {what} {2 * top:g} and {4 * top:g} "
                     "until throughput stops growing"
                 )
-            elif self.kind == "concurrency" and len(above) < 2:
+            elif self.kind == "concurrency" and len(above) < 2 and not pr.queue_shows(above):
                 shown = ", ".join(f"{x:g}" for x in above) or "none"
                 # levels left out above (429s) bound where more levels can be measured
                 ceiling = min((v for v in pr.all.dropped if v > top), default=2 * top)
