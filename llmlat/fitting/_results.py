@@ -106,9 +106,7 @@ class FitResult:
         self._lower_bound = False
         if m.integer:
             hi = m.int_range(pr.obs)[1]
-            prof = self.profile
-            cut = prof.max() - stats.chi2.ppf(0.95, 1) / 2
-            self._lower_bound = bool(hi in prof.index and prof[hi] >= cut)
+            self._lower_bound = bool(hi in self._integer_set(0.05))
         self.unidentified: dict[str, str] = {}  # read by the raw intervals computed first
         self.unidentified = self._identification()
         self.notes.extend(self.unidentified.values())
@@ -239,7 +237,7 @@ class FitResult:
 
     def _wald(self, alpha: float) -> dict[str, tuple[float, float]]:
         """Compute the asymptotic intervals of :meth:`conf_int`, before identification."""
-        z = stats.norm.ppf(1 - alpha / 2)
+        z = self._quantile(1 - alpha / 2)
         m = self._model
         nfree = len(m.free)
         th = self._est.theta[:nfree]
@@ -263,11 +261,31 @@ class FitResult:
                 )
         return rows
 
-    def _integer_interval(self, alpha: float, raw: bool = False) -> tuple[float, float]:
-        """Return the integer's profile-likelihood set; unbounded above when not identified."""
+    def _quantile(self, prob: float) -> float:
+        """Return the normal quantile, or t on the least-squares residual degrees of freedom."""
+        dof = self._est.dof
+        return float(stats.norm.ppf(prob) if dof is None else stats.t.ppf(prob, dof))
+
+    def _integer_set(self, alpha: float) -> pd.Index:
+        """Integers inside the ``1 - alpha`` profile set.
+
+        Maximum likelihood: the likelihood-ratio (chi-square) cut. Least squares: an F test
+        on the increase of the residual sum of squares in units of the quasi-likelihood scale
+        (the concentrated likelihood gives RSS_k / RSS_best = exp(2 (llf_best - llf_k) / n)),
+        so the integer's interval carries the model's error as the continuous ones do.
+        """
         prof = self.profile
-        cut = prof.max() - stats.chi2.ppf(1 - alpha, 1) / 2
-        inside = prof.index[prof >= cut]
+        est = self._est
+        if est.dof is None:
+            return prof.index[prof >= prof.max() - stats.chi2.ppf(1 - alpha, 1) / 2]
+        n = len(self._problem.se)
+        rss_best = float(np.exp(2 * est.theta[-1])) * n
+        extra = rss_best * np.expm1(2 * (prof.max() - prof.to_numpy()) / n)
+        return prof.index[extra / est.phi <= stats.f.ppf(1 - alpha, 1, est.dof)]
+
+    def _integer_interval(self, alpha: float, raw: bool = False) -> tuple[float, float]:
+        """Return the integer's profile set's range; unbounded above when not identified."""
+        inside = self._integer_set(alpha)
         lo, hi = float(inside.min()), float(inside.max())
         if self._lower_bound or (not raw and self._model.integer in self.unidentified):
             hi = np.inf
@@ -611,7 +629,7 @@ class FitResult:
         nfree = len(m.free)
         se = np.sqrt(np.diag(est.cov))[:nfree]
         se = np.where(np.isfinite(se), se, 0.0)
-        z = stats.norm.ppf(confidence)
+        z = self._quantile(confidence)
         slower = np.array([-1.0 if name == "mu" else 1.0 for name in m.free])
         slower[[i for i, n in enumerate(m.free) if n == "think_s"]] = 0.0
         lo, hi = self._problem._bounds(est.k, len(est.theta))
