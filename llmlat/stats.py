@@ -13,7 +13,9 @@ Definitions (per level of one sweep):
   searched over the first half), only when the part cut is faster on average than the rest (a
   queue that starts empty starts fast; cutting an early burst of slow requests biases low),
   on the answered rows' latencies; every row sent before the first kept one is transient, its
-  refusals too (a capped queue refuses nothing until it has filled).
+  refusals too (a capped queue refuses nothing until it has filled). Behind a queue cap, when
+  the latencies before a level's first 429 keep growing, the queue was filling: every row
+  sent before that refusal is transient, however long the fill.
   Measured rows in the transient are marked ``"transient"`` by :func:`phases`; they stay in the
   data, count in ``n`` and the error rates, and are left out of every latency statistic and of
   the fits.
@@ -202,6 +204,7 @@ def transient_mask(
     end: np.ndarray,
     latency: np.ndarray,
     measured: np.ndarray,
+    refused: np.ndarray | None = None,
 ) -> np.ndarray:
     """Measured rows of one level that belong to its start-up transient.
 
@@ -216,6 +219,8 @@ def transient_mask(
         that say nothing of the queue (refused, failed).
     measured : numpy.ndarray
         Boolean: the row is not a warmup row.
+    refused : numpy.ndarray, optional
+        Boolean: the row was refused with 429 (open loop: the queue's fill, see below).
 
     Returns
     -------
@@ -241,7 +246,32 @@ def transient_mask(
             # every row sent before the first kept one (refusals too: a capped queue refuses
             # nothing until it has filled)
             cut = np.isfinite(start) & (start < start[idx[d]])
+        cut |= _fill(start, latency, measured, refused)
     return cut & measured
+
+
+def _fill(
+    start: np.ndarray, latency: np.ndarray, measured: np.ndarray, refused: np.ndarray | None
+) -> np.ndarray:
+    """Open loop behind a queue cap: the rows sent while the queue filled from empty.
+
+    Past its capacity a capped queue grows until it holds K, refuses its first request and
+    hovers there: the rows before that first refusal are all start-up, however many (a
+    128-deep queue at 120% load fills over ~770 arrivals, more than MSER's half). The cut is
+    made only where the answered latencies before the first refusal keep growing
+    (:func:`grows`): a stable level that refuses now and then has no such fill.
+    """
+    out = np.zeros(len(start), bool)
+    if refused is None:
+        return out
+    hit = refused & measured & np.isfinite(start)
+    if not hit.any():
+        return out
+    first = float(start[hit].min())
+    before = np.flatnonzero(measured & np.isfinite(latency) & (start < first))
+    if grows(latency[before[np.argsort(start[before], kind="stable")]]):
+        out = np.isfinite(start) & (start < first)
+    return out
 
 
 def phases(requests: pd.DataFrame) -> np.ndarray:
@@ -268,13 +298,22 @@ def phases(requests: pd.DataFrame) -> np.ndarray:
     start, end = row_times(requests)
     # answered rows only: a refusal's latency says nothing of the queue's state
     latency = np.where(ok_mask(requests), column(requests, "latency_s"), np.nan)
+    refused = None
+    if "error_kind" in requests.columns:
+        refused = requests["error_kind"].eq("rate_limited").fillna(False).to_numpy(bool)
     keys = [k for k in ("run_id", "level_kind", "level") if k in requests.columns]
     for key, idx in requests.groupby(keys, sort=False, dropna=False).indices.items():
         values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         kind = values.get("level_kind")
         kind = kind if isinstance(kind, str) else None
         cut = transient_mask(
-            kind, float(values["level"]), start[idx], end[idx], latency[idx], ~warm[idx]
+            kind,
+            float(values["level"]),
+            start[idx],
+            end[idx],
+            latency[idx],
+            ~warm[idx],
+            None if refused is None else refused[idx],
         )
         out[idx[cut]] = "transient"
     return out

@@ -457,6 +457,26 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
     return _lack_of_fit(problem, est) if mmc_wls else est
 
 
+def _pearson(problem: _Problem, est: _Estimate) -> tuple[float, int]:
+    """Least squares: the sum of squared standardised residuals and its degrees of freedom.
+
+    The Gaussian scale is concentrated out (``RSS / n``); p counts the integer too.
+    """
+    n = len(problem.se)
+    dof = n - len(est.theta) + 1 - (problem.model.integer is not None)
+    return float(np.exp(2 * est.theta[-1])) * n, dof
+
+
+def _lack_of_fit_p(problem: _Problem, est: _Estimate) -> float:
+    """Least squares: the chi-square p-value of the residuals against the means' own errors.
+
+    Small: the model misses the level means by more than their sampling errors. NaN when no
+    degree of freedom is left to test it.
+    """
+    rss, dof = _pearson(problem, est)
+    return float(stats.chi2.sf(rss, dof)) if dof >= 1 else np.nan
+
+
 def _lack_of_fit(problem: _Problem, est: _Estimate) -> _Estimate:
     """Least squares: carry the model's own error in the covariance (a quasi-likelihood).
 
@@ -467,12 +487,11 @@ def _lack_of_fit(problem: _Problem, est: _Estimate) -> _Estimate:
     integer too), never below 1 (the means' own errors stay), scales the covariance, and the
     intervals take t quantiles on n - p degrees of freedom (McCullagh & Nelder, 1989, 9.2).
     """
-    n = len(problem.se)
-    dof = n - len(est.theta) + 1 - (problem.model.integer is not None)
+    rss, dof = _pearson(problem, est)
     if dof < 1:
         return est
-    s2 = float(np.exp(2 * est.theta[-1]))
-    phi = max(1.0, n * s2 / dof)
+    s2 = rss / len(problem.se)
+    phi = max(1.0, rss / dof)
     cov = est.cov.copy()
     cov[:-1, :-1] *= phi / s2
     return replace(est, cov=cov, dof=dof, phi=phi)

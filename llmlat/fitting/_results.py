@@ -70,6 +70,10 @@ class FitResult:
         or for the integer only the lower end the data support.
     notes : list of str
         Caveats found while fitting (including every ``unidentified`` message).
+    indistinguishable : list of str
+        ``model="auto"`` only: the other models the data cannot tell from this one (AIC
+        within 2, or of another family and fitting every level mean within its errors);
+        :meth:`summary` shows them. Empty when the choice is clear (or the model was given).
     data : SweepResult or pandas.DataFrame
         The data passed to :func:`fit` (a reference, not a copy), for :meth:`plot`.
     """
@@ -78,6 +82,7 @@ class FitResult:
     _est: _Estimate = field(repr=False)
     notes: list[str] = field(default_factory=list)
     data: object = field(default=None, repr=False)
+    indistinguishable: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         pr, est = self._problem, self._est
@@ -735,6 +740,8 @@ class FitResult:
             "BIC:": f"{self.bic:.4g}",
             "Capacity (req/s):": self._capacity_text(),
         }
+        if self.indistinguishable:
+            info["Model choice:"] = f"indistinguishable from {', '.join(self.indistinguishable)}"
         for k, v in self.fixed.items():
             info[f"{k} (fixed):"] = f"{v:.4g}"
         table = self._param_table(alpha)
