@@ -21,8 +21,12 @@ Definitions (per level of one sweep):
   the fits.
 - **Steady window** (:func:`steady_window`): from the later of the level's first completion and
   the end of its transient, to its last send (after which the level drains with fewer requests
-  in flight). **Throughput** is the ok completions ending inside it (rows of every phase: a
-  warmup request still keeps the server busy) over its length. When the window holds fewer than
+  in flight). The transient ends when its last row has ended (a closed loop's first round,
+  sent at once) or, where its sends spread past the first completion (an open loop), at its
+  last send: an overloaded open level's transient rows end long after that, and waiting for
+  them left a short, late window whose rate ran 10-15% low at c = 64. **Throughput** is the
+  ok completions ending inside it (rows of every phase: a warmup request still keeps the
+  server busy) over its length. When the window holds fewer than
   :data:`MIN_WINDOW_SHARE` of the level's ok completions (a level too short to have a steady part,
   e.g. 40 requests at 40 clients) it is ok completions over the level's whole span, which fill and
   drain bias low, and the level's ``steady`` check fails.
@@ -338,7 +342,15 @@ def steady_window(start: np.ndarray, end: np.ndarray, transient: np.ndarray) -> 
     if not done.any():
         return math.nan, math.nan
     a = float(end[done].min())
-    if (transient & done).any():
+    cut = transient & np.isfinite(start)
+    if cut.any() and float(start[cut].max()) > a:
+        # sends of the transient spread past the first completion (an open loop): the steady
+        # state starts with the first kept send; the transient rows still queued then leave at
+        # the steady rate (past capacity they end long after it, and waiting for them would
+        # leave a short window late in the level)
+        a = float(start[cut].max())
+    elif (transient & done).any():
+        # a closed loop's first round, sent at once: steady once all of it has ended
         a = max(a, float(end[transient & done].max()))
     return a, float(start[done].max())
 

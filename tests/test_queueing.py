@@ -312,7 +312,9 @@ def test_hypoexp_mixture_is_the_weighted_sum_of_its_components(lam, c, k):
 
     m, w = _mmck_mix(lam, 2.0, c, k)
     t = np.concatenate([np.random.default_rng(4).exponential(2.0, 300), [1e-6, 1e-3, 60.0]])
-    parts = [np.log(wj) + q.hypoexp_logpdf(t, np.array(mj), 2.0, c) for mj, wj in zip(m, w)]
+    parts = [
+        np.log(wj) + q.hypoexp_logpdf(t, np.array(mj), 2.0, c) for mj, wj in zip(m, w, strict=True)
+    ]
     ref = np.logaddexp.reduce(np.array(parts), axis=0)
     got = q.hypoexp_mix_logpdf(t, m, w, 2.0, c)
     assert np.all(np.isfinite(got))
