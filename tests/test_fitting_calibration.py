@@ -139,3 +139,14 @@ def test_an_overloaded_open_level_measures_capacity_by_its_throughput():
         ok = llmlat.stats.ok_mask(data)
         rates.append(llmlat.stats.throughput(start, end, ok, phase == "transient", ok | ~ok)[0])
     assert np.mean(rates) == pytest.approx(64 * MU, rel=0.04)
+
+
+def test_a_c_the_levels_do_not_pin_is_reported_as_its_set_with_what_would_pin_it():
+    # five open levels of ~1,000 arrivals pin c = 16 to about +-1
+    rates = [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    res = llmlat.fit(mgc_sweep("rate", rates, MU, 16, seed=5001), model="mmc")
+    lo, hi = res.conf_int().loc["c"]
+    assert lo <= 16 <= hi and hi - lo >= 2
+    note = next(n for n in res.notes if "(95% set)" in n)
+    assert f"one of {lo:g}..{hi:g}" in note and f"overloaded level {rates[-1]:g}" in note
+    assert f"{res.params['c']:g}" in res.summary().as_text()

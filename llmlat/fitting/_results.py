@@ -115,6 +115,7 @@ class FitResult:
         self.unidentified: dict[str, str] = {}  # read by the raw intervals computed first
         self.unidentified = self._identification()
         self.notes.extend(self.unidentified.values())
+        self.notes.extend(self._integer_spread())
         self.levels = self._levels_table()
 
     # -- per-level view -------------------------------------------------------------------
@@ -295,6 +296,45 @@ class FitResult:
         if self._lower_bound or (not raw and self._model.integer in self.unidentified):
             hi = np.inf
         return lo, hi
+
+    def _integer_spread(self) -> list[str]:
+        """Return a note when the integer is identified but its 95% set spans several values.
+
+        Its value is then one of those the data allow, not the truth (five open levels of
+        1,000 arrivals pin c = 64 to about +-4): say so, and what would pin it. The capacity
+        c mu is what an overloaded open level's throughput measures, with a relative error of
+        1 / sqrt(its completions); telling c from c + 1 needs about 1 / (2c) of it, so the
+        requests needed grow as the square of the interval's width.
+        """
+        m = self._model
+        if m.family != "mmc" or not m.integer or m.integer in self.unidentified:
+            return []
+        a, b = self._integer_interval(0.05)
+        if b - a < 2:
+            return []
+        lv = self._problem.all.levels
+        grow = (b - a) ** 2
+        if self.kind == "rate" and "overloaded" in lv and lv["overloaded"].any():
+            top = lv[lv["overloaded"].to_numpy(bool)].iloc[-1]
+            how = (
+                f"measure the overloaded level {top['level']:g} for about "
+                f"{grow * top['n']:,.0f} requests (its throughput measures the capacity) and "
+                "the lightest level about as long (the service time)"
+            )
+        elif self.kind == "rate":
+            how = (
+                f"add a level past capacity (e.g. {1.2 * self.capacity_rps:.3g} req/s, whose "
+                "throughput measures it) with a few thousand requests"
+            )
+        else:
+            how = (
+                f"measure the levels between {a / 2:g} and {2 * b:g} about {grow:g} times as "
+                "long (their waits and throughput pin the knee)"
+            )
+        return [
+            f"c = {self.params[m.integer]:g} is one of {a:g}..{b:g} (95% set): these levels "
+            f"do not pin it to one value; to pin it, {how}"
+        ]
 
     def _identification(self) -> dict[str, str]:
         """Parameters the data do not pin down: name -> why, and what to measure next.
