@@ -2,7 +2,9 @@
 
 Every cell is a known station run through an exact discrete-event simulation of the same sweep
 design llmlat uses (``llmlat._synth``: each level starts empty, default level lengths, no warmup,
-so the start-up transient is in the data; no HTTP). Each seed is fitted with the station's model
+so the start-up transient is in the data; no HTTP; batching cells stream, with the simulator's
+token timing, so the fit sees each request's inter-token latency, except the ``-plain`` cell,
+which has latency only). Each seed is fitted with the station's model
 (``mmc`` or ``batch``) and with ``model="auto"``, then planned for a p95 target. Per cell:
 
 - ``c_exact``: share of fits whose integer (c, or slots) is the truth
@@ -56,6 +58,7 @@ class Cell:
     c: int  # servers, or slots for batch
     cv: float = 1.0
     queue_cap: int | None = None
+    streamed: bool = True  # batch: the requests carry their inter-token latency
 
     def levels(self) -> list[float]:
         if self.family == "batch":  # powers of two up to twice the slots
@@ -80,7 +83,8 @@ class Cell:
                 )
                 for n in self.levels()
             ]
-            return pd.concat(parts, ignore_index=True)
+            data = pd.concat(parts, ignore_index=True)
+            return data if self.streamed else data.drop(columns=["itl_mean_s"])
         return mgc_sweep(
             self.kind,
             self.levels(),
@@ -106,6 +110,7 @@ def _cells() -> list[Cell]:
             cells.append(Cell(f"mmc-open-{tag}", "mmc", "rate", c, cv))
             cells.append(Cell(f"mmc-opencap-{tag}", "mmc", "rate", c, cv, queue_cap=2 * c))
     cells += [Cell(f"batch-closed-s{s}", "batch", "concurrency", s) for s in (8, 32, 128)]
+    cells.append(Cell("batch-closed-s32-plain", "batch", "concurrency", 32, streamed=False))
     return cells
 
 

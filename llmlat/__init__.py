@@ -4,9 +4,12 @@ The public API is what ``__all__`` lists; everything else is an implementation d
 change. Measure with :func:`sweep` (or :func:`asweep` under a running event loop, or a
 :class:`Sweeper` set up once and run later); every option of a sweep is a field of
 :class:`SweepConfig` (its views: the :class:`Target` and the :class:`RetryPolicy`). Get a
-:class:`SweepResult` back (:func:`read` opens a saved one); fit queueing models with :func:`fit`
-and :func:`compare` (a :class:`FitResult`; :func:`verify_plan` measures its ``plan()``); test
-against the built-in :class:`Simulator` (a :class:`SimConfig`). :mod:`llmlat.datasets`,
+:class:`SweepResult` back (:func:`read` opens a saved one; :func:`compare_runs` and
+:func:`compare_fits` put several side by side; :func:`policy_lab` measures client designs);
+fit queueing models with :func:`fit` and :func:`compare` (a :class:`FitResult`;
+:func:`verify_plan` measures its ``plan()``); test against the built-in :class:`Simulator`
+(a :class:`SimConfig`); price requests from the tokens the server reported with
+:class:`Prices` (:func:`request_costs`, ``summary(prices=...)``). :mod:`llmlat.datasets`,
 :mod:`llmlat.plot`, :mod:`llmlat.queueing` and :mod:`llmlat.schema` (the columns of
 :class:`Record` and :class:`Attempt`) are public modules.
 
@@ -39,6 +42,11 @@ _LAZY = {
     "Record": "llmlat.schema",
     "Attempt": "llmlat.schema",
     "verify_plan": "llmlat._verify",
+    "Prices": "llmlat.cost",
+    "request_costs": "llmlat.cost",
+    "compare_runs": "llmlat.comparison",
+    "compare_fits": "llmlat.comparison",
+    "policy_lab": "llmlat.policy",
 }
 # public modules, reachable as attributes without importing them first (``sim`` too, for the
 # names it has always offered, though its two public classes are exported here)
@@ -47,6 +55,7 @@ _SUBMODULES = ("datasets", "plot", "queueing", "schema", "sim")
 __all__ = [
     "Attempt",
     "FitResult",
+    "Prices",
     "Record",
     "RetryPolicy",
     "SimConfig",
@@ -58,11 +67,15 @@ __all__ = [
     "__version__",
     "asweep",
     "compare",
+    "compare_fits",
+    "compare_runs",
     "datasets",
     "fit",
     "plot",
+    "policy_lab",
     "queueing",
     "read",
+    "request_costs",
     "schema",
     "sweep",
     "verify_plan",
@@ -72,8 +85,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from llmlat import datasets, plot, queueing, schema
     from llmlat._engine import Sweeper, asweep, sweep
     from llmlat._verify import verify_plan
+    from llmlat.comparison import compare_fits, compare_runs
     from llmlat.config import RetryPolicy, SweepConfig, Target
+    from llmlat.cost import Prices, request_costs
     from llmlat.fitting import FitResult, compare, fit
+    from llmlat.policy import policy_lab
     from llmlat.results import SweepResult, read
     from llmlat.schema import Attempt, Record
     from llmlat.sim import SimConfig, Simulator

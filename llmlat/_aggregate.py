@@ -41,7 +41,9 @@ class Observed:
     client spent between requests), ``mean_s``, ``std_s``, ``p50_s``, ``p95_s``, ``p99_s``, a
     standard error ``se_<stat>_s`` for each statistic (by batch means over request order, see
     :mod:`llmlat.stats`) and ``vif``: the variance of the mean over its independent-draws value
-    (1 for independent requests; larger when consecutive requests share queue states). ``times``
+    (1 for independent requests; larger when consecutive requests share queue states); where
+    requests streamed, ``itl_s`` (mean inter-token latency: the decode step time) and
+    ``se_itl_s``. ``times``
     holds each level's steady-state times in request order.
     """
 
@@ -207,6 +209,10 @@ def _from_requests(
     else:
         table["tokens_mean"] = np.nan
     table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
+    if "itl_mean_s" in req:  # streamed: the decode step time of each level
+        itl = pd.to_numeric(req["itl_mean_s"], errors="coerce")
+        itl = itl.to_numpy(np.float64, na_value=np.nan)
+        table["itl_s"], table["se_itl_s"] = _itl_stats(np.split(itl[ok][order], cuts), batch)
     table["cv_alone"], table["n_alone"] = _alone_cv(start, end, values, ok, lv_all, levels)
     if kind == "rate":
         per = pd.DataFrame({"lv": lv_all, "hit": hit, "t": start, "steady": steady})
@@ -246,6 +252,7 @@ def _from_requests(
         # a stable level near saturation also grows while it fills from empty; overload shows
         # as a throughput short of the offered rate beyond the arrivals' noise
         table["overloaded"] |= growing & _short(table, _SIGMAS, 0.0)
+        table["overloaded"] |= _past_capacity(table)
     w = table["n"].to_numpy(dtype=np.float64)
     good = np.isfinite(table["think_s"].to_numpy())
     think = float(np.average(table["think_s"][good], weights=w[good])) if good.any() else np.nan
@@ -262,6 +269,19 @@ def _from_requests(
         probs = [v for v in QUANTILES.values() if v is not None]
         obs.tokens_q = dict(zip(probs, np.quantile(lengths, probs) / tok, strict=True))
     return obs
+
+
+def _itl_stats(itls: list[np.ndarray], batch: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per level: mean inter-token latency of the requests and its batch-means error.
+
+    NaN where fewer than two requests streamed two tokens or more.
+    """
+    mean, se = np.full(len(itls), np.nan), np.full(len(itls), np.nan)
+    for i, (v, size) in enumerate(zip(itls, batch, strict=True)):
+        v = v[np.isfinite(v)]
+        if len(v) >= 2:
+            mean[i], se[i], _ = stats.batch_means(v, size)
+    return mean, se
 
 
 def _refusal_counts(level: pd.DataFrame) -> pd.Series:
@@ -411,6 +431,27 @@ def _overloaded(
     return _short(table, _SIGMAS, _SHORT) | np.isin(table["level"].to_numpy(np.float64), refused)
 
 
+def _past_capacity(table: pd.DataFrame) -> np.ndarray:
+    """Open levels offered at least the capacity that the clearly overloaded levels measure.
+
+    A level just past capacity, measured for a short while, serves about what it is offered
+    (a batching server packs its growing queue into bigger batches; a finite run ends before
+    the backlog shows): its throughput is not short of the offered rate, yet its latency is that
+    of a growing queue. The levels served clearly less than offered measure the capacity (the
+    median of their throughputs, robust to a drain or start-up window at one of them); a level
+    offered that much or more is past it too.
+    """
+    flag = table["overloaded"].to_numpy(bool)
+    x = table["throughput_rps"].to_numpy(dtype=np.float64)
+    known = flag & np.isfinite(x)
+    if not known.any():
+        return np.zeros(len(table), bool)
+    lam = table["level"].to_numpy(dtype=np.float64)
+    if "offered_rps" in table:
+        lam = np.where(np.isfinite(table["offered_rps"]), table["offered_rps"], lam)
+    return lam >= float(np.median(x[known]))
+
+
 def _short(table: pd.DataFrame, sigmas: float, share: float) -> np.ndarray:
     """Open levels served less than offered by ``sigmas`` Poisson errors and ``share``."""
     lam = table["level"].to_numpy(dtype=np.float64)
@@ -479,8 +520,13 @@ def _from_levels(tab: pd.DataFrame, metric: str, level_kind: str | None) -> Obse
     out["n_failed"] = col("n_failed")
     out["throughput_rps"] = col("throughput_rps")
     out["tokens_mean"] = col("completion_tokens_mean")
+    if "itl_mean_s" in tab:
+        out["itl_s"] = col("itl_mean_s")
+        out["se_itl_s"] = col("itl_std_s") / np.sqrt(out["n"])
     out["think_s"] = col("think_s")
     out["overloaded"] = _overloaded(out, kind, np.empty(0))
+    if kind == "rate":
+        out["overloaded"] |= _past_capacity(out)
     think = col("think_s")
     return Observed(
         kind,

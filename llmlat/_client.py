@@ -4,7 +4,9 @@
 first byte, first generated content, each content chunk, end), classifies what went wrong into
 :data:`~llmlat.schema.ERROR_KINDS`, and retries per a :class:`RetryPolicy` (exponential backoff
 with full jitter, ``Retry-After`` honoured). It never raises for an HTTP, protocol, timeout or
-connection error: those are data.
+connection error: those are data. Given fallback URLs it acts as a gateway would: an attempt that
+fails as :class:`Failover` says goes on at once to the next URL, and the record says which one
+answered; a client-side :class:`TokenBucket` can pace every attempt.
 
 The API key is read from the environment variable the target names when the client starts and
 lives only in the request headers: not in a Target, a Record, an error text or a repr (every
@@ -22,6 +24,7 @@ is retried at once on a new one, whatever the retry policy (it shows as an attem
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import itertools
 import json
@@ -52,17 +55,27 @@ from llmlat._version import __version__
 from llmlat.schema import Attempt, Record
 
 __all__ = [
+    "FALLBACK_ON",
     "RETRYABLE",
     "Client",
     "FailFast",
+    "Failover",
     "RetryPolicy",
     "Target",
+    "TokenBucket",
     "classify_status",
     "list_models",
 ]
 
 #: Error kinds worth another attempt.
 RETRYABLE = frozenset({"rate_limited", "server_error", "connection"})
+#: What ``fallback_on`` may name -> the error kind of an attempt that goes on to the next target.
+FALLBACK_ON = {
+    "429": "rate_limited",
+    "5xx": "server_error",
+    "timeout": "timeout",
+    "connection": "connection",
+}
 
 _NAN = float("nan")
 
@@ -188,8 +201,10 @@ class RetryPolicy:
 
     Rate-limited (429), server (5xx) and connection errors are retried; the wait before retry
     ``k`` (1-based) is drawn uniformly from ``[0, min(backoff_max_s, backoff_base_s * 2**(k-1))]``
-    (full jitter) and is at least the server's ``Retry-After``, which is capped at
-    ``max_retry_wait_s``.
+    (full jitter; without ``backoff_jitter`` it is that bound itself: plain exponential
+    backoff) and, with ``honour_retry_after``, is at least the server's ``Retry-After``, which
+    is capped at ``max_retry_wait_s``. ``backoff_base_s=0`` without ``honour_retry_after``
+    retries at once.
 
     Parameters
     ----------
@@ -201,6 +216,10 @@ class RetryPolicy:
         Largest backoff before jitter.
     max_retry_wait_s : float
         Cap on a ``Retry-After`` hint.
+    backoff_jitter : bool
+        Full jitter (a uniform draw below the exponential bound) or none.
+    honour_retry_after : bool
+        Wait at least the server's ``Retry-After`` hint.
 
     Raises
     ------
@@ -212,10 +231,15 @@ class RetryPolicy:
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
     max_retry_wait_s: float = 60.0
+    backoff_jitter: bool = True
+    honour_retry_after: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.retries, int) or isinstance(self.retries, bool) or self.retries < 0:
             raise ValueError("retries: expected an integer >= 0")
+        for name in ("backoff_jitter", "honour_retry_after"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected True or False")
         for name in ("backoff_base_s", "backoff_max_s", "max_retry_wait_s"):
             value = getattr(self, name)
             if (
@@ -241,10 +265,89 @@ class RetryPolicy:
         -------
         float
         """
-        wait = rng.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2.0 ** (retry - 1)))
-        if retry_after_s == retry_after_s:  # not NaN
+        bound = min(self.backoff_max_s, self.backoff_base_s * 2.0 ** (retry - 1))
+        wait = rng.uniform(0.0, bound) if self.backoff_jitter else bound
+        if self.honour_retry_after and retry_after_s == retry_after_s:  # not NaN
             wait = max(wait, min(retry_after_s, self.max_retry_wait_s))
         return wait
+
+
+@dataclass(frozen=True)
+class Failover:
+    """When an attempt goes on at once to the next target, as a gateway with fallbacks does.
+
+    An attempt whose error is one of ``on`` is sent again to the next URL of the list, without
+    waiting and without spending a retry, while the failover budget lasts: ``max_s`` seconds
+    from the request's first send (to the failed attempt's end). When the last target fails
+    too, or the budget is spent, the :class:`RetryPolicy` decides: a retry waits its backoff and
+    starts again at the primary.
+
+    Parameters
+    ----------
+    on : tuple of str or str
+        Keys of :data:`FALLBACK_ON` (``"429"``, ``"5xx"``, ``"timeout"``, ``"connection"``), or
+        them comma-separated.
+    max_s : float
+        The failover budget, seconds.
+
+    Raises
+    ------
+    ValueError
+        Naming the field that is invalid (``fallback_on``, ``failover_max_s``: the options).
+    """
+
+    on: tuple[str, ...] | str = tuple(FALLBACK_ON)
+    max_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        on = self.on
+        if isinstance(on, str):
+            on = tuple(p.strip() for p in on.split(",") if p.strip())
+        if (
+            not isinstance(on, tuple | list)
+            or not on
+            or not all(isinstance(k, str) and k in FALLBACK_ON for k in on)
+        ):
+            raise ValueError(
+                f"fallback_on: expected some of {', '.join(FALLBACK_ON)}, got {self.on!r}"
+            )
+        object.__setattr__(self, "on", tuple(dict.fromkeys(on)))
+        if (
+            not isinstance(self.max_s, int | float)
+            or isinstance(self.max_s, bool)
+            or not 0 <= self.max_s < math.inf
+        ):
+            raise ValueError("failover_max_s: expected a finite number of seconds >= 0")
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The error kinds that fail over."""
+        return frozenset(FALLBACK_ON[k] for k in self.on)
+
+
+class TokenBucket:
+    """A client-side limit on attempts per minute: one every ``60 / rpm`` seconds, no burst.
+
+    Each :meth:`take` reserves the next free instant in order (a generic cell rate algorithm),
+    so waiting callers go out evenly spaced in the order they came.
+
+    Parameters
+    ----------
+    rpm : float
+        Attempts per minute.
+    """
+
+    def __init__(self, rpm: float) -> None:
+        self.interval_s = 60.0 / rpm
+        self._next = 0.0
+
+    async def take(self) -> None:
+        """Wait for this caller's instant."""
+        now = time.perf_counter()
+        at = max(self._next, now)
+        self._next = at + self.interval_s
+        if at > now:
+            await asyncio.sleep(at - now)
 
 
 def classify_status(status: int) -> str | None:
@@ -327,6 +430,13 @@ class Client:
     transport : str
         ``"http11"`` (the default: llmlat's own HTTP/1.1 pool) or ``"aiohttp"`` (aiohttp's
         client with ``trust_env=True``: honours ``HTTP(S)_PROXY`` and ``NO_PROXY``).
+    fallbacks : sequence of str
+        URLs tried after ``target.url`` by :class:`Failover` rules (each with its own
+        connections; everything but the URL is the target's).
+    failover : Failover, optional
+        When to go on to the next URL (default ``Failover()``; unused without fallbacks).
+    rpm : float, optional
+        A client-side :class:`TokenBucket`: at most this many attempts per minute.
 
     Warns
     -----
@@ -344,6 +454,9 @@ class Client:
         t0_ns: int,
         seed: int = 0,
         transport: str = "http11",
+        fallbacks: tuple[str, ...] | list[str] = (),
+        failover: Failover | None = None,
+        rpm: float | None = None,
     ) -> None:
         if not isinstance(target, Target):
             raise ValueError("target: expected a llmlat._client.Target")
@@ -359,16 +472,24 @@ class Client:
         self.transport = transport
         self._endpoint = get_endpoint(target.api)
         self._url = self._endpoint.url(target.url)
+        self._targets = [target, *(dataclasses.replace(target, url=u) for u in fallbacks)]
+        self.failover = Failover() if failover is None else failover
+        self._bucket = None if rpm is None else TokenBucket(rpm)
         self._pool: Transport | None = None
+        self._pools: list[Transport] = []
         self._secrets: list[str] = []
         self._last: tuple[Any, bytes] = (None, b"")
 
     async def __aenter__(self) -> Client:
         """Read the API key and make the connection pool (connections open as needed)."""
-        headers = _request_headers(self.target)
-        _warn_if_proxy_unused(self.target.url, self.transport)
-        self._pool = make_transport(self.transport, self._url, headers)
-        self._secrets = remember(headers=headers)  # masked in every text while this is open
+        for target in self._targets:
+            headers = _request_headers(target)
+            _warn_if_proxy_unused(target.url, self.transport)
+            url = self._endpoint.url(target.url)
+            self._pools.append(make_transport(self.transport, url, headers))
+            # masked in every text while this is open
+            self._secrets += remember(headers=headers)
+        self._pool = self._pools[0]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -378,9 +499,12 @@ class Client:
     async def aclose(self) -> None:
         """Close the connections (idempotent)."""
         if self._pool is not None:
-            await self._pool.aclose()
+            for pool in self._pools:
+                await pool.aclose()
             self._pool = None
+            self._pools = []
             forget(self._secrets)
+            self._secrets = []
 
     async def preconnect(self, n: int) -> int:
         """Open connections until ``n`` are idle, so the requests that follow find them warm.
@@ -458,14 +582,23 @@ class Client:
         rng: random.Random | None = None
         stale_retried = False
         slept_from = 0  # perf_counter_ns when the current backoff sleep began, 0 when awake
+        where = 0  # the target of the next attempt (0: the primary)
+        spent = 0  # retries spent (a failover to the next target spends none)
         try:
             while True:
+                if self._bucket is not None:  # client-side RPM: the wait shows as lag / retry wait
+                    await self._bucket.take()
+                if slept_from:
+                    wait = (time.perf_counter_ns() - slept_from) / 1e9
+                    slept_from = 0
+                    record.retry_wait_s += wait
                 att = Attempt(
                     record.run_id,
                     record.level,
                     record.request_id,
                     len(mine) + 1,
                     wait_before_s=wait,
+                    target=where,
                 )
                 mine.append(att)
                 if attempts is not None:
@@ -476,23 +609,30 @@ class Client:
                 )
                 if att.retry_after_s == att.retry_after_s:
                     hint = att.retry_after_s
+                wait = 0.0
                 if verdict == "stale" and not stale_retried:
                     stale_retried = True  # the server closed an idle connection: not its failure
-                    wait = 0.0
                     continue
-                if verdict != "retry" or att.attempt - stale_retried > retries:
+                if self._fails_over(att, mine[0]):
+                    where += 1
+                    continue
+                if verdict != "retry" or spent >= retries:
                     break
+                spent += 1
+                where = 0
                 if rng is None:
                     rng = random.Random(f"{self.seed}/{record.request_id}")
                 slept_from = time.perf_counter_ns()
-                await asyncio.sleep(self.retry.wait_s(att.attempt, att.retry_after_s, rng))
-                wait = (time.perf_counter_ns() - slept_from) / 1e9
-                slept_from = 0
-                record.retry_wait_s += wait
+                await asyncio.sleep(self.retry.wait_s(spent, att.retry_after_s, rng))
         except asyncio.CancelledError:
-            att = mine[-1]
             now = time.perf_counter_ns()
             t_end = (now - self.t0_ns) / 1e9
+            if not mine:  # cancelled waiting for the client-side bucket: nothing was sent
+                record.t_end = t_end
+                record.error_kind, record.error, record.ok = "cancelled", "cancelled", False
+                record.latency_s = t_end - record.t_scheduled
+                raise
+            att = mine[-1]
             if slept_from:
                 record.retry_wait_s += (now - slept_from) / 1e9
             elif att.t_end != att.t_end:  # cancelled during the attempt
@@ -507,6 +647,14 @@ class Client:
         self._finish(record, mine, result, hint)
         return mine
 
+    def _fails_over(self, att: Attempt, first: Attempt) -> bool:
+        """Whether the failed ``att`` goes on at once to the next target (see :class:`Failover`)."""
+        return (
+            att.target + 1 < len(self._pools)
+            and att.error_kind in self.failover.kinds
+            and att.t_end - first.t_sent <= self.failover.max_s
+        )
+
     async def _attempt(
         self, att: Attempt, body: bytes, rid: str, parser: StreamParser | None, *, fresh: bool
     ) -> tuple[StreamParser | BodyResult | None, str]:
@@ -516,6 +664,7 @@ class Client:
         ``"stale"`` (a reused connection the server had closed: try once more at once).
         """
         assert self._pool is not None
+        pool = self._pools[att.target]
         t0 = self.t0_ns
         resp = Response(parser.feed if parser is not None else None)
         out: StreamParser | BodyResult | None = parser
@@ -523,7 +672,7 @@ class Client:
         error = None
         att.t_sent = (time.perf_counter_ns() - t0) / 1e9  # until it is sent (a cancel, say)
         try:
-            await self._pool.send(
+            await pool.send(
                 body,
                 resp,
                 {"x-llmlat-request-id": rid},
@@ -600,6 +749,9 @@ class Client:
         record.error_kind, record.error = last.error_kind, last.error
         record.ok = last.error_kind is None
         record.retry_after_s = hint
+        if record.ok:
+            record.served_by = last.target
+            record.failover_s = last.t_sent - first.t_sent if last.target != first.target else 0.0
         record.latency_s = record.t_end - record.t_scheduled
         record.service_s = record.t_end - record.t_sent
         connect = first.connect_s if first.connect_s == first.connect_s else 0.0
@@ -609,6 +761,7 @@ class Client:
         record.prompt_tokens = result.prompt_tokens
         record.completion_tokens = result.completion_tokens
         record.cached_tokens = result.cached_tokens
+        record.cache_creation_tokens = result.cache_creation_tokens
         if isinstance(result, StreamParser) and result.times:
             _chunk_stats(record, result.times, self.t0_ns)
 

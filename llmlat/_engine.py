@@ -28,13 +28,14 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from llmlat._apis import make_payload
+from llmlat._adaptive import AdaptiveSearch
+from llmlat._apis import cacheable_system, make_payload
 from llmlat._client import Client, FailFast, list_models
 from llmlat._fdlimit import ensure_open_files
 from llmlat._loadshapes import LevelPlan
@@ -98,6 +99,8 @@ class Sweeper:
     ) -> None:
         cfg = self.config = SweepConfig.from_options(config, **options)
         self._plans = cfg.plans()
+        # concurrency/rate "auto": levels chosen one at a time (llmlat._adaptive)
+        self._search = None if cfg.auto() is None else AdaptiveSearch(cfg)
         # a closed-loop level that issues fewer requests than it has workers never fills up
         short = [
             p.workers for p in self._plans if p.workers and (p.total() or p.workers) < p.workers
@@ -113,7 +116,9 @@ class Sweeper:
         self._model = cfg.model
         self._fail_fast = FailFast()
         self._payload = payload  # shards (llmlat._shard) receive it as given
-        self._payload_of = _payload_source(payload, cfg.api, self._plans)
+        self._payload_of = _payload_source(
+            payload, cfg.api, self._plans, cfg.seed, cfg.cache_system_prompt
+        )
         self._payload_summary = _payload_summary(payload)
         # issue 11: checked before anything is sent, so a bad path never costs a run
         self._save = (
@@ -200,11 +205,11 @@ class Sweeper:
         if cfg.shard_cluster() is None:  # shards check their own share, in their process
             self._check_open_files()
         if cfg.url is not None:
-            return await self._run_against(cfg.url, None)
+            return await self._run_against(cfg.urls(), None)
         async with serve_simulator(cfg.sim_config(), in_process=not cfg.simulator_process) as sim:
             notice(f"no url given: measuring the built-in simulator at {sim.url}")
             self._model = cfg.model or sim.config.model
-            return await self._run_against(sim.url, jsonable(dataclasses.asdict(sim.config)))
+            return await self._run_against([sim.url], jsonable(dataclasses.asdict(sim.config)))
 
     # ------------------------------------------------------------------ the run
 
@@ -213,15 +218,17 @@ class Sweeper:
         cfg = self.config
         # room for a socket per request in flight (two with an in-process simulator, which
         # holds the other end); None: an open loop without a cap
-        caps = [c for p in self._plans if (c := p.workers or p.max_in_flight) is not None]
+        plans = self._plans if self._search is None else [self._search.ceiling_plan()]
+        caps = [c for p in plans if (c := p.workers or p.max_in_flight) is not None]
         ensure_open_files(
-            max(caps) if len(caps) == len(self._plans) else None,
+            max(caps) if len(caps) == len(plans) else None,
             2 if cfg.url is None and not cfg.simulator_process else 1,
-            "concurrency" if self._plans[0].workers else "max_in_flight",
+            "concurrency" if plans[0].workers else "max_in_flight",
         )
 
-    async def _run_against(self, url: str, sim_config: dict | None) -> SweepResult:
+    async def _run_against(self, urls: list[str], sim_config: dict | None) -> SweepResult:
         cfg = self.config
+        url = urls[0]  # the primary; the others are fallbacks (issue 14)
         if self._model is None:  # the server's first listed model, or a one-line error
             models = await list_models(cfg.target(url), transport=cfg.transport)
             self._model = models[0]
@@ -237,6 +244,7 @@ class Sweeper:
             "started_at": datetime.now(UTC).isoformat(),
             "t0_perf_s": self._t0_ns / 1e9,
             "url": redact_url(url),
+            "targets": [redact_url(u) for u in urls],  # served_by indexes this list
             "api": cfg.api,
             "model": self._model,
             "api_key_env": cfg.api_key_env,  # the name only, never the key
@@ -257,7 +265,7 @@ class Sweeper:
         if cfg.shard_cluster() is not None:  # shards in processes or on Ray, merged here
             from llmlat._shard import Coordinator
 
-            self._coordinator = Coordinator(self, url)
+            self._coordinator = Coordinator(self, url if len(urls) == 1 else tuple(urls))
             return await self._coordinator.run()
         if self._save is not None:
             from llmlat.results import DatasetWriter
@@ -278,8 +286,11 @@ class Sweeper:
                 t0_ns=self._t0_ns,
                 seed=cfg.seed,
                 transport=cfg.transport,
+                fallbacks=urls[1:],
+                failover=cfg.failover(),
+                rpm=cfg.client_rpm,
             ) as client:
-                for plan in self._plans:
+                for plan in self._level_plans():
                     if self._stopping:
                         break
                     if plan.index and cfg.pause_s:
@@ -291,11 +302,26 @@ class Sweeper:
             raise
         finally:
             gc.unfreeze()
+            if self._search is not None:  # the levels it chose, and why
+                self._meta.update(self._search.meta())
             self._interrupted = self._interrupted or self._stopping
             if self._bar is not None:
                 self._bar.close()
             self._close_writer()
         return self.result()
+
+    def _level_plans(self) -> Iterable[LevelPlan]:
+        """Return the planned levels, or those an adaptive search chooses as levels end."""
+        if self._search is None:
+            return self._plans
+
+        def rows(level: float) -> tuple[Any, Any]:
+            return (
+                requests_frame([r for r in self._issued if r.level == level]),
+                attempts_frame([a for a in self._attempts if a.level == level]),
+            )
+
+        return self._search.plans(rows, self._now, lambda: self._stopping)
 
     async def _run_level(self, plan: LevelPlan, client: Client) -> None:
         if self.config.preconnect:  # before the level's clock starts: connects are not its latency
@@ -530,8 +556,15 @@ class Sweeper:
         if self._writer is None:
             return
         self._flush()
+        updates: dict[str, Any] = {
+            k: self._meta[k] for k in ("levels", "adaptive") if k in self._meta
+        }
         self._writer.close(
-            {"interrupted": self._interrupted, "stopped_reason": self._meta.get("stopped_reason")}
+            {
+                "interrupted": self._interrupted,
+                "stopped_reason": self._meta.get("stopped_reason"),
+                **updates,
+            }
         )
         self._writer = None
 
@@ -545,7 +578,7 @@ class Sweeper:
         else:
             from tqdm.auto import tqdm
 
-        totals = [p.total() for p in self._plans]
+        totals = [p.total() for p in self._plans] if self._search is None else [None]
         total = None if None in totals else sum(t for t in totals if t is not None)
         return tqdm(total=total, unit="req", dynamic_ncols=True, leave=True)
 
@@ -701,8 +734,15 @@ def _resolve(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
-def _payload_source(payload: Any, api: str, plans: list[LevelPlan]) -> Callable[[Record], dict]:
+def _payload_source(
+    payload: Any, api: str, plans: list[LevelPlan], seed: int = 0, cache_system: bool = False
+) -> Callable[[Record], dict]:
     """Return ``f(record) -> payload dict``, validating what can be validated up front."""
+
+    def build(item: Any) -> dict:
+        body = make_payload(item, api)
+        return cacheable_system(body, api) if cache_system else body
+
     if isinstance(payload, str):
         text = payload.strip()
         if text.startswith("{"):
@@ -714,25 +754,29 @@ def _payload_source(payload: Any, api: str, plans: list[LevelPlan]) -> Callable[
         payload = DEFAULT_PROMPT
     if callable(payload):
         func = payload
-        return lambda record: make_payload(func(record.request_id), api)
+        return lambda record: build(func(record.request_id))
     if isinstance(payload, list | tuple):
         if not payload:
             raise ValueError("payload: the list of payloads is empty")
-        items = [make_payload(p, api) for p in payload]
+        items = [build(p) for p in payload]
         return lambda record: items[record.request_id % len(items)]
-    base = make_payload(payload, api)
+    base = build(payload)
     schedule = plans[0].schedule if plans[0].kind == "trace" else None
     if schedule is None or (schedule.prompt_tokens is None and schedule.completion_tokens is None):
         return lambda record: base
-    return _trace_payloads(base, api, plans[0])
+    return _trace_payloads(base, api, plans[0], seed)
 
 
-def _trace_payloads(base: dict, api: str, plan: LevelPlan) -> Callable[[Record], dict]:
+def _trace_payloads(base: dict, api: str, plan: LevelPlan, seed: int) -> Callable[[Record], dict]:
     """Shape payloads by a trace's token counts.
 
-    The prompt becomes about that many words; ``max_tokens`` becomes the completion tokens
-    (the target's ``max_tokens``, when given, overrides it).
+    The prompt becomes about that many tokens (:func:`llmlat._traces.prompt_text`: each
+    request's own words, after the shared blocks of a Mooncake trace's ``hash_ids``);
+    ``max_tokens`` becomes the completion tokens (the target's ``max_tokens``, when given,
+    overrides it).
     """
+    from llmlat._traces import prompt_text
+
     sched = plan.schedule
     assert sched is not None
 
@@ -740,8 +784,9 @@ def _trace_payloads(base: dict, api: str, plan: LevelPlan) -> Callable[[Record],
         i = record.request_id  # a trace is the sweep's only level: ids count its sends
         body = dict(base)
         if sched.prompt_tokens is not None:
-            words = " ".join(["token"] * max(1, int(sched.prompt_tokens[i])))
-            body.update(make_payload(words, api))
+            blocks = () if sched.blocks is None else sched.blocks[i]
+            text = prompt_text(int(sched.prompt_tokens[i]), blocks, key=i, seed=seed)
+            body.update(make_payload(text, api))
         if sched.completion_tokens is not None:
             body["max_tokens"] = max(1, int(sched.completion_tokens[i]))
         return body

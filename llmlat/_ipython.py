@@ -38,7 +38,7 @@ from traitlets.config import Configurable
 
 from llmlat._redact import redact
 from llmlat.cli.options import OneLineParser, add_config_options, flag_message, options_from_args
-from llmlat.config import OptionSpec, option_specs
+from llmlat.config import AUTO, OptionSpec, option_specs
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -74,7 +74,10 @@ def _trait(spec: OptionSpec) -> TraitType:
     elif spec.choices:
         trait = Enum(spec.choices, None, allow_none=True)
     elif spec.levels:
-        trait = Union([number(), List(number(), minlen=1)], default_value=None, allow_none=True)
+        kinds: list[TraitType] = [number(), List(number(), minlen=1)]
+        if spec.name in ("concurrency", "rate"):  # an adaptive sweep
+            kinds.append(Enum([AUTO]))
+        trait = Union(kinds, default_value=None, allow_none=True)
     elif spec.kind in (int, float):
         trait = number(None, allow_none=True)
     elif spec.kind is dict:
@@ -173,7 +176,15 @@ def _fit_parser() -> MagicParser:
     parser.add_argument(
         "--compare", action="store_true", help="show every model ranked by AIC instead"
     )
-    parser.add_argument("-o", "--output", metavar="NAME", help="store the FitResult as NAME")
+    # the same plan flags as ``llmlat report``
+    parser.add_argument(
+        "--p95-s", type=float, metavar="S", help="show the capacity plan for this p95 target"
+    )
+    parser.add_argument("--rpm", type=float, help="the provider's requests-per-minute limit")
+    parser.add_argument("--tpm", type=float, help="the provider's tokens-per-minute limit")
+    parser.add_argument(
+        "-o", "--output", metavar="NAME", help="store the FitResult (or with a target, the Plan)"
+    )
     parser.add_argument("-h", "--help", action="store_true", help="show this help")
     return parser
 
@@ -323,9 +334,11 @@ class LLMMagics(Magics):
 
         For example ``%llmfit res`` (the best model by AIC, its summary shown),
         ``%llmfit res --model mmc -o fit`` (c and mu of an M/M/c, stored as ``fit``),
-        ``%llmfit res --compare`` (every model side by side).
+        ``%llmfit res --compare`` (every model side by side),
+        ``%llmfit res --p95-s 2 --rpm 600`` (the fit's capacity plan for that target).
 
-        Returns the :class:`~llmlat.fitting.FitResult` (its summary shows under the cell), or
+        Returns the :class:`~llmlat.fitting.FitResult` (its summary shows under the cell), with
+        a target (``--p95-s``, ``--rpm``, ``--tpm``) its :class:`~llmlat.fitting.Plan`, or
         with ``--compare`` the table of models. Data that cannot identify a model is a one-line
         error saying what to measure next.
         """
@@ -343,6 +356,8 @@ class LLMMagics(Magics):
                 out = compare(data, metric=args.metric, stat=args.stat)
             else:
                 out = fit(data, model=args.model, metric=args.metric, stat=args.stat)
+                if (args.p95_s, args.rpm, args.tpm) != (None, None, None):
+                    out = out.plan(p95=args.p95_s, rpm=args.rpm, tpm=args.tpm)
         except ValueError as exc:
             raise UsageError(f"%llmfit: {exc}") from None
         if args.output is not None:
@@ -397,8 +412,9 @@ class LLMMagics(Magics):
             sim = self.simulator
             options["url"] = sim.url
             options.setdefault("model", sim.config.model)
-        if options.get("url") is not None:
-            _check_reachable(options["url"])
+        if options.get("url") is not None:  # the primary (fallbacks may well be down)
+            url = options["url"]
+            _check_reachable(url.split(",")[0].strip() if isinstance(url, str) else url[0])
         return options
 
     def _sweep(self, payload: Any, args: argparse.Namespace) -> SweepResult:

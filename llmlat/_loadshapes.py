@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
+    pass
 
 __all__ = [
     "ARRIVALS",
@@ -40,11 +40,6 @@ __all__ = [
 #: Arrival processes of the open loop.
 ARRIVALS = ("poisson", "constant", "gamma")
 
-# column aliases accepted in a trace table (lower-cased), first match wins
-_OFFSET_COLUMNS = ("offset_s", "t_s", "t", "time_s", "time", "timestamp", "arrival_time")
-_PROMPT_COLUMNS = ("prompt_tokens", "input_tokens", "contexttokens", "context_tokens")
-_COMPLETION_COLUMNS = ("completion_tokens", "output_tokens", "generatedtokens", "generated_tokens")
-
 
 @dataclass(frozen=True, eq=False)
 class Schedule:
@@ -57,11 +52,15 @@ class Schedule:
         the first at 0.
     prompt_tokens, completion_tokens : numpy.ndarray or None
         Per-request token counts from a trace (same length as ``offsets_s``), else None.
+    blocks : tuple or None
+        Per request, the prefix block ids of its prompt (a Mooncake trace's ``hash_ids``:
+        see :func:`llmlat._traces.prompt_text`), else None.
     """
 
     offsets_s: np.ndarray
     prompt_tokens: np.ndarray | None = None
     completion_tokens: np.ndarray | None = None
+    blocks: tuple[tuple[int, ...], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.offsets_s)
@@ -78,7 +77,10 @@ class Schedule:
         def cut(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[:n]
 
-        return Schedule(self.offsets_s[:n], cut(self.prompt_tokens), cut(self.completion_tokens))
+        blocks = None if self.blocks is None else self.blocks[:n]
+        return Schedule(
+            self.offsets_s[:n], cut(self.prompt_tokens), cut(self.completion_tokens), blocks
+        )
 
 
 def arrival_gaps(
@@ -187,23 +189,32 @@ def open_loop_schedule(
 
 
 def trace_schedule(
-    trace: Any, *, requests: int | None = None, duration_s: float | None = None
+    trace: Any,
+    *,
+    requests: int | None = None,
+    duration_s: float | None = None,
+    speed: float = 1.0,
 ) -> Schedule:
     """Turn a trace (a table or a list of send offsets) into a :class:`Schedule`.
 
     Parameters
     ----------
     trace : pandas.DataFrame, pandas.Series or sequence of float
-        Send times. A table names them in a column ``offset_s`` (seconds) or one of
-        ``t_s``, ``t``, ``time_s``, ``time``, ``timestamp``, ``arrival_time`` (numbers in
-        seconds, or datetimes); optional token counts in ``prompt_tokens`` / ``input_tokens`` /
-        ``ContextTokens`` and ``completion_tokens`` / ``output_tokens`` / ``GeneratedTokens``
-        (column names are matched case-insensitively). Times are sorted and shifted so the
-        first send is at offset 0.
+        Send times. A table is read by :func:`llmlat._traces.trace_columns`: llmlat's own
+        layout (a column ``offset_s`` or ``t_s``, ``t``, ``time_s``, ``time``, ``timestamp``,
+        ``arrival_time``: numbers in seconds, or datetimes; optional ``prompt_tokens`` /
+        ``input_tokens`` and ``completion_tokens`` / ``output_tokens``), an Azure LLM inference
+        trace (``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``) or a Mooncake trace
+        (``timestamp`` in ms, ``input_length``, ``output_length``, ``hash_ids``); column names
+        are matched case-insensitively. Times are sorted and shifted so the first send is at
+        offset 0.
     requests : int, optional
         Keep only the first ``requests`` sends.
     duration_s : float, optional
-        Keep only the sends before this offset.
+        Keep only the sends before this offset (after ``speed``).
+    speed : float, default 1.0
+        Replay this many times faster than recorded (0.5: half as fast): offsets are divided
+        by it.
 
     Returns
     -------
@@ -217,54 +228,35 @@ def trace_schedule(
     """
     import pandas as pd  # a trace is a table: pandas loads when one is replayed
 
-    prompt = completion = None
+    from llmlat._traces import TraceColumns, trace_columns
+
+    _check_float("trace_speed", speed, positive=True)
     if isinstance(trace, pd.DataFrame):
-        by_name = {str(c).lower(): c for c in trace.columns}
-        col = next((by_name[a] for a in _OFFSET_COLUMNS if a in by_name), None)
-        if col is None:
-            raise ValueError(f"trace: needs a time column, one of {', '.join(_OFFSET_COLUMNS)}")
-        times = trace[col]
-        prompt = _token_column(trace, by_name, _PROMPT_COLUMNS)
-        completion = _token_column(trace, by_name, _COMPLETION_COLUMNS)
-    else:
-        times = pd.Series(trace)
-    if len(times) == 0:
-        raise ValueError("trace: is empty")
-    if pd.api.types.is_datetime64_any_dtype(times):
-        seconds = (times - times.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+        cols = trace_columns(trace)
     else:
         try:
-            seconds = pd.to_numeric(times).to_numpy(dtype=np.float64)
+            seconds = pd.to_numeric(pd.Series(trace)).to_numpy(dtype=np.float64)
         except (TypeError, ValueError):
             raise ValueError("trace: send times must be numbers (seconds) or datetimes") from None
-    if not np.all(np.isfinite(seconds)):
-        raise ValueError("trace: send times must be finite, with none missing")
+        if len(seconds) == 0:
+            raise ValueError("trace: is empty")
+        if not np.all(np.isfinite(seconds)):
+            raise ValueError("trace: send times must be finite, with none missing")
+        cols = TraceColumns("llmlat", seconds)
+    seconds = cols.seconds
     order = np.argsort(seconds, kind="stable")
-    offsets = seconds[order] - seconds[order[0]]
+    offsets = (seconds[order] - seconds[order[0]]) / speed
     sched = Schedule(
         offsets,
-        None if prompt is None else prompt[order],
-        None if completion is None else completion[order],
+        None if cols.prompt_tokens is None else cols.prompt_tokens[order],
+        None if cols.completion_tokens is None else cols.completion_tokens[order],
+        None if cols.blocks is None else tuple(cols.blocks[i] for i in order),
     )
     if requests is not None:
         sched = sched._take(requests)
     if duration_s is not None:
         sched = sched._take(int(np.searchsorted(sched.offsets_s, duration_s, side="left")))
     return sched
-
-
-def _token_column(
-    frame: pd.DataFrame, by_name: dict, aliases: tuple[str, ...]
-) -> np.ndarray | None:
-    import pandas as pd
-
-    col = next((by_name[a] for a in aliases if a in by_name), None)
-    if col is None:
-        return None
-    values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64)
-    if np.any(~np.isfinite(values) | (values < 0)):
-        raise ValueError(f"trace: column {col!r} must hold non-negative token counts")
-    return values.astype(np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -278,7 +270,8 @@ class LevelPlan:
     kind : {"concurrency", "rate", "trace"}
         The level's ``level_kind``.
     value : float
-        The swept value: workers, target requests/s, or 1.0 for a trace replayed as recorded.
+        The swept value: workers, target requests/s, or a trace's replay speed (1.0: as
+        recorded).
     workers : int or None
         Closed loop: the number of workers.
     think_time_s : float
@@ -380,6 +373,7 @@ def plan_levels(
     warmup: int = 0,
     warmup_s: float = 0.0,
     seed: int = 0,
+    trace_speed: float = 1.0,
 ) -> list[LevelPlan]:
     """Validate the load options and plan every level of a sweep, in the order given.
 
@@ -408,6 +402,8 @@ def plan_levels(
         Warmup seconds per level.
     seed : int
         Seed of every draw; level ``i`` uses the stream ``(seed, i)``.
+    trace_speed : float, default 1.0
+        Replay the trace this many times faster than recorded (the level's value).
 
     Returns
     -------
@@ -441,6 +437,9 @@ def plan_levels(
     _check_int("max_in_flight", max_in_flight, minimum=1)
     _check_arrival(arrival, burstiness)
     _check_int("seed", seed, minimum=0)
+    _check_float("trace_speed", trace_speed, positive=True)
+    if trace_speed != 1.0 and trace is None:
+        raise ValueError("trace_speed: only used with trace (the speed of its replay)")
 
     plans = []
     if concurrency is not None:
@@ -497,7 +496,7 @@ def plan_levels(
             )
         return plans
     trace_requests, trace_duration_s = per_requests[0], per_duration[0]
-    sched = trace_schedule(trace)
+    sched = trace_schedule(trace, speed=trace_speed)
     offsets = sched.offsets_s
     warmup_end = max(warmup_s, offsets[warmup] if warmup < len(offsets) else math.inf)
     if trace_requests is not None:
@@ -512,7 +511,7 @@ def plan_levels(
         LevelPlan(
             0,
             "trace",
-            1.0,
+            float(trace_speed),
             schedule=sched,
             max_in_flight=max_in_flight,
             warmup=warmup,

@@ -148,6 +148,9 @@ class Model:
     ) -> dict:
         """Predicted ``throughput_rps`` and ``<stat>_s`` for each load (``inf`` past saturation).
 
+        The batch family adds ``itl_s``: the step time of the mean batch at that load, the mean
+        inter-token latency of a streamed request.
+
         ``think`` (closed loop) gives each load its own think time instead of ``p["think_s"]``.
         """
         loads = np.asarray(loads, dtype=np.float64)
@@ -168,13 +171,25 @@ class Model:
                 mean = df["response_mean_s"] + join * step
             else:
                 # a request joins the batch at the next step boundary: that wait holds no
-                # slot, so in a closed loop it acts as think time
+                # slot, so in a closed loop it acts as think time; an idle server starts a
+                # step at once, and the other N - 1 clients keep it busy unless all of them
+                # are between requests (each is, a share join / (tokens + join) of the time)
                 b = np.minimum(loads, p["slots"])
-                delay = join * (p["t0_s"] + p["t1_s"] * b ** p["gamma"])
+                busy_at_send = 1.0 - (join / (p["tokens"] + join)) ** (loads - 1.0)
+                delay = join * busy_at_send * (p["t0_s"] + p["t1_s"] * b ** p["gamma"])
                 x, ls = q._closed_means(loads, p["think_s"] + delay, self.rate(p))
                 mean = ls / x + delay
                 busy = np.minimum(ls, p["slots"])
-            # mean time decoding in a batch of the mean size; the rest of ``mean`` is waiting
+                # a request sees the batches it is in: size-biased, E[b^2] / E[b]. Below the
+                # cap the batch is N less those waiting to join (binomial, share ``out``), its
+                # variance over its mean is ``share``; a queue for slots fills the gaps
+                share = join * busy_at_send / (p["tokens"] + join * busy_at_send)
+                gaps = np.clip((p["slots"] - busy) / np.fmax(p["slots"] * share, 1e-12), 0, 1)
+                seen = busy + share * gaps
+            # the decode step time at the batch a request sees (what a streamed request's
+            # inter-token latency measures), and the mean time decoding; the rest of ``mean``
+            # is waiting
+            itl = p["t0_s"] + p["t1_s"] * (busy if kind == "rate" else seen) ** p["gamma"]
             service = p["tokens"] * (p["t0_s"] + p["t1_s"] * busy ** p["gamma"])
         elif kind == "rate" and "k_sys" in p:  # a queue cap: M/M/c/K states
             mean = _mmck_wait(loads, p)[1] + 1.0 / p["mu"]
@@ -193,6 +208,8 @@ class Model:
         else:
             out["throughput_rps"] = np.minimum(loads, cap) if kind == "rate" else x
         out["mean_s"] = mean
+        if self.family == "batch":
+            out["itl_s"] = np.asarray(itl, dtype=np.float64)
         for s in stats:
             prob = QUANTILES[s]
             if prob is None:
@@ -307,6 +324,9 @@ class Model:
             slope, icept = np.polyfit(n[ok], means[ok] / tokens, 1)
         else:
             slope, icept = 0.0, float(np.nanmin(means)) / tokens
+        if "itl_levels" in fixed and k is not None:  # streamed: the step times say it best
+            levels, itl, se = fixed["itl_levels"]
+            icept, slope = _segmented_step(levels, itl, se, k)
         base = float(np.nanmin(means)) / tokens
         t0 = icept if icept > 0.05 * base else 0.5 * base
         t1 = slope if slope > 1e-6 * base else 0.01 * base
@@ -316,6 +336,22 @@ class Model:
         if "join_steps" in self.free:
             theta.append(np.log(0.5))
         return np.asarray(theta)
+
+
+def _segmented_step(n: np.ndarray, itl: np.ndarray, se: np.ndarray, slots: int):
+    """Step-time line of a threshold regression of ITL on min(N, slots) (statsmodels WLS).
+
+    The inter-token latency at a level is the step time of a batch of min(N, slots); at a
+    given cap that is a straight line, t0 + t1 * min(N, slots).
+    """
+    import statsmodels.api as sm
+
+    x = np.minimum(n, slots).astype(np.float64)
+    if np.ptp(x) == 0:
+        return 0.0, 0.0
+    w = 1.0 / np.fmax(se, 1e-6 * itl) ** 2
+    t0, t1 = sm.WLS(itl, sm.add_constant(x, has_constant="add"), weights=w).fit().params
+    return float(t0), float(t1)
 
 
 def _batch(*extra: str) -> Model:

@@ -108,8 +108,11 @@ def build_report(
         except ValueError as exc:
             notes.append(f"No model fitted: {exc}")
     plan = None
-    if fit is not None and (p95_s is not None or rpm is not None or tpm is not None):
-        plan = fit.plan(p95=p95_s, rpm=rpm, tpm=tpm)
+    if p95_s is not None or rpm is not None or tpm is not None:
+        if fit is None:
+            notes.append("No capacity plan: it needs a fitted model (see the note above).")
+        else:
+            plan = fit.plan(p95=p95_s, rpm=rpm, tpm=tpm)
     return write_report(result, out, fit=fit, plan=plan, title=title, notes=notes)
 
 

@@ -69,6 +69,7 @@ import numpy as np
 import pandas as pd
 
 from llmlat import stats as _stats
+from llmlat.cost import COST_COLUMNS, Prices, level_cost
 
 __all__ = ["BRIEF_COLUMNS", "PERCENTILES", "SUMMARY_COLUMNS", "brief", "summarize"]
 
@@ -174,6 +175,7 @@ def summarize(
     levels: pd.DataFrame | None = None,
     *,
     phase: str | None = "measure",
+    prices: Prices | dict[str, float] | None = None,
 ) -> pd.DataFrame:
     """Summarize a tidy requests table: one row per level.
 
@@ -190,6 +192,10 @@ def summarize(
     phase : {"measure", "warmup"} or None, default "measure"
         Which rows to summarize (rows without a ``phase`` column count as measured);
         None takes every row.
+    prices : Prices or mapping, optional
+        Token prices (:class:`llmlat.cost.Prices`): adds the columns of
+        :data:`llmlat.cost.COST_COLUMNS` (cost per 1,000 requests and per hour at the level's
+        measured throughput, from the tokens the server reported).
 
     Returns
     -------
@@ -207,6 +213,8 @@ def summarize(
         raise ValueError("requests: missing column 'level'")
     if phase is not None and phase not in _PHASES:
         raise ValueError(f"phase: expected one of {_PHASES} or None, got {phase!r}")
+    if prices is not None:
+        prices = Prices.coerce(prices)
     requests = requests.assign(_phase=_stats.phases(requests))
     rows = requests
     if phase is not None:
@@ -223,8 +231,12 @@ def summarize(
         stats = _level_stats(frame, dict(zip(keys, key, strict=True)), whole, phase)
         stats["http_429"] = pd.NA if tried is None else tried.get(key, 0)
         stats.update(_client_stats(level_rows.get(key), _smallest_latency(frame, stats)))
+        if prices is not None:
+            stats.update(level_cost(frame, stats["throughput_rps"], prices))
         out.append(stats)
     columns = dict(SUMMARY_COLUMNS)
+    if prices is not None:
+        columns.update(COST_COLUMNS)
     if "run_id" in keys:
         columns = {"run_id": "string", **columns}
     table = pd.DataFrame(out, columns=list(columns))

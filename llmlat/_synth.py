@@ -166,12 +166,18 @@ def batch_closed_requests(
     seed: int = 0,
     warmup: int = 100,
     spread: float = 0.5,
+    join_steps: int = 1,
 ) -> pd.DataFrame:
     """Simulate N clients (no think time) against a continuous-batching server, for each N.
 
-    Every step lasts ``t0_s + t1_s * batch`` and gives one token to each of the (at most
-    ``slots``) running requests; waiting requests join, first come first served, at the next
-    step; output lengths are uniform on ``tokens * (1 -/+ spread)``.
+    As the simulator's batch engine (:mod:`llmlat.sim.model`) does: every step lasts
+    ``t0_s + t1_s * batch`` and gives one token to each of the (at most ``slots``) running
+    requests, the first at the end of a request's first step; waiting requests join, first come
+    first served, at a step boundary. A client sends again the instant its answer ends, which is
+    the instant the next step starts: with ``join_steps=1`` (the simulator behind HTTP, where the
+    request arrives just after that step began) it joins one step later, unless the server is
+    idle (an idle server starts a step at once). Output lengths are uniform on
+    ``tokens * (1 -/+ spread)``.
 
     Parameters
     ----------
@@ -191,37 +197,50 @@ def batch_closed_requests(
         Requests dropped from the start of each level.
     spread : float, default 0.5
         Relative half-width of the output-length distribution.
+    join_steps : {1, 0}, default 1
+        Steps a request sent at a step boundary of a busy server waits before it joins (0:
+        it joins the step starting then).
 
     Returns
     -------
     pandas.DataFrame
-        A requests table (``level_kind == "concurrency"``) with ``completion_tokens``.
+        A requests table (``level_kind == "concurrency"``) with ``completion_tokens``,
+        ``t_first_token``, ``ttft_s`` and ``itl_mean_s`` (first to last token over the
+        tokens less one: the mean step time while the request decoded).
     """
     rng = np.random.default_rng(seed)
     out = []
+    low, high = int(tokens * (1 - spread)), int(tokens * (1 + spread)) + 1
     for big_n in levels:
         m = n + warmup
-        waiting = [(0.0, w) for w in range(big_n)]  # (sent, worker), FIFO
-        running: list[list] = []  # [sent, worker, tokens left, tokens total]
-        now = 0.0
-        rows: list[tuple[float, float, int, int]] = []  # (sent, end, worker, tokens)
+        waiting = [(0.0, w, 0) for w in range(big_n)]  # (sent, worker, first step), FIFO
+        running: list[list] = []  # [sent, worker, tokens left, tokens total, first token]
+        now, step = 0.0, 0
+        rows: list[tuple] = []  # (sent, end, worker, tokens, first token)
         while not _complete(rows, running, waiting, m):
-            while waiting and len(running) < slots:
-                sent, w = waiting.pop(0)
-                low, high = int(tokens * (1 - spread)), int(tokens * (1 + spread)) + 1
+            idle = not running
+            while waiting and len(running) < slots and (idle or waiting[0][2] <= step):
+                sent, w, _ = waiting.pop(0)
                 total = int(rng.integers(low, high))
-                running.append([sent, w, total, total])
+                running.append([sent, w, total, total, np.nan])
             now += t0_s + t1_s * len(running)
+            step += 1
             for r in running:
                 r[2] -= 1
+                if r[2] == r[3] - 1:
+                    r[4] = now
             for r in [r for r in running if r[2] == 0]:
                 running.remove(r)
-                rows.append((r[0], now, r[1], r[3]))
-                waiting.append((now, r[1]))
+                rows.append((r[0], now, r[1], r[3], r[4]))
+                waiting.append((now, r[1], step + join_steps))
         rows.sort()
-        sends, ends, workers, lengths = zip(*rows[warmup:m], strict=True)
+        sends, ends, workers, lengths, firsts = zip(*rows[warmup:m], strict=True)
         frame = _frame(big_n, "concurrency", sends, sends, ends, workers)
         frame["completion_tokens"] = pd.array(lengths, dtype="Int64")
+        first = np.asarray(firsts)
+        frame["t_first_token"] = first
+        frame["ttft_s"] = first - frame["t_sent"].to_numpy()
+        frame["itl_mean_s"] = (frame["t_end"].to_numpy() - first) / (np.asarray(lengths) - 1)
         out.append(frame)
     return pd.concat(out, ignore_index=True)
 

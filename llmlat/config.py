@@ -12,7 +12,8 @@ default (the field's) and one validation, done when the config is built:
 - the target's fields (``url``, ``api``, ``model``, ``api_key_env``, ``headers``, ``timeout_s``,
   ``stream``, ``max_tokens``) by :class:`~llmlat._client.Target`;
 - the load shape and level lengths by :func:`llmlat._loadshapes.plan_levels`;
-- the retry policy by :class:`~llmlat._client.RetryPolicy`;
+- the retry policy by :class:`~llmlat._client.RetryPolicy`, the fallback rules by
+  :class:`~llmlat._client.Failover`;
 - the run settings here.
 
 A :class:`ValueError` names the option in its Python spelling (``"timeout_s: ..."``); the
@@ -42,9 +43,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from llmlat._apis import API_NAMES
-from llmlat._client import RetryPolicy, Target
+from llmlat._client import Failover, RetryPolicy, Target
 from llmlat._loadshapes import ARRIVALS, LevelPlan, plan_levels
 from llmlat._redact import redact_url
+from llmlat._traces import read_trace
 from llmlat._transport import TRANSPORTS  # the values of SweepConfig.transport
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
 GROUPS = {
     "target": "target: what to measure",
     "load": "load shape: closed loop (--concurrency), open loop (--rate) or a trace (--trace)",
+    "auto": "adaptive sweeps (--concurrency auto, --rate auto): where to stop and what to spend",
     "length": "level length: per level, one value or a comma-separated list",
     "retry": "retries of 429, 5xx and connection errors",
     "run": "run settings",
@@ -70,6 +73,14 @@ GROUPS = {
 
 #: Values of :attr:`SweepConfig.cluster`: where the shards of a sharded sweep run.
 CLUSTERS = ("local", "ray")
+
+#: The value of ``concurrency`` or ``rate`` that asks for an adaptive sweep.
+AUTO = "auto"
+#: Defaults of the adaptive sweep's limits (see :mod:`llmlat._adaptive`).
+AUTO_MAX_CONCURRENCY = 256
+AUTO_START_RATE = 1.0
+AUTO_FIRST_REQUESTS = 20
+AUTO_MAX_429_RATE = 0.05
 
 _PLACEHOLDER_URL = "http://127.0.0.1"  # validates the target's options before the URL is known
 
@@ -118,12 +129,13 @@ class SweepConfig:
     """
 
     # -- target
-    url: str | None = _option(
+    url: str | Sequence[str] | None = _option(
         None,
         "Base URL of the endpoint to measure (http://host:port or .../v1); without it the "
-        "built-in simulator is started for the run.",
+        "built-in simulator is started for the run. Several (a list, or comma-separated): the "
+        "first is the primary, the others fallbacks tried in order (see fallback_on).",
         group="target",
-        metavar="URL",
+        metavar="URL[,FALLBACK,...]",
     )
     api: str = _option(
         "openai-chat", "API flavour of the endpoint.", group="target", choices=API_NAMES
@@ -163,6 +175,15 @@ class SweepConfig:
         kind=int,
         metavar="N",
     )
+    cache_system_prompt: bool = _option(
+        False,
+        "Mark the payload's system prompt cacheable: Anthropic gets cache_control ephemeral on "
+        "its last system block; OpenAI caches prompts of 1,024+ tokens by itself (nothing is "
+        "sent; the system message is the stable prefix). Records keep cached_tokens and "
+        "cache_creation_tokens as the server reports them.",
+        group="target",
+        kind=bool,
+    )
     simulator: Any = _option(  # noqa: RUF009 (a field)
         None,
         "Without url: the built-in simulator to measure, a preset name (e.g. article), a "
@@ -178,17 +199,19 @@ class SweepConfig:
         kind=bool,
     )
     # -- load shape
-    concurrency: int | Sequence[int] | None = _option(
+    concurrency: int | Sequence[int] | str | None = _option(
         None,
-        "Closed-loop levels: requests in flight (workers), e.g. 1,10,100.",
+        "Closed-loop levels: requests in flight (workers), e.g. 1,10,100; auto: grow from 1 "
+        "until throughput levels off, then add levels around the knee.",
         group="load",
         kind=int,
         metavar="N,N,...",
         levels=True,
     )
-    rate: float | Sequence[float] | None = _option(
+    rate: float | Sequence[float] | str | None = _option(
         None,
-        "Open-loop levels: requests sent per second, e.g. 1,2,4.",
+        "Open-loop levels: requests sent per second, e.g. 1,2,4; auto: grow from start_rate "
+        "until throughput levels off, then add levels below the capacity found.",
         group="load",
         kind=float,
         metavar="R,R,...",
@@ -196,10 +219,19 @@ class SweepConfig:
     )
     trace: Any = _option(  # noqa: RUF009 (a field)
         None,
-        "A trace to replay as one level: a CSV or parquet file (or in Python a table or a list) "
-        "of send times, with optional token counts.",
+        "A trace to replay as one level: a CSV, parquet or JSON-lines file (or in Python a table "
+        "or a list) of send times, with optional token counts; llmlat's columns, an Azure LLM "
+        "inference trace's (TIMESTAMP, ContextTokens, GeneratedTokens) or Mooncake's "
+        "(timestamp ms, input_length, output_length, hash_ids).",
         group="load",
         metavar="FILE",
+    )
+    trace_speed: float = _option(
+        1.0,
+        "Replay the trace this many times faster than recorded (0.5: at half the rate).",
+        group="load",
+        kind=float,
+        metavar="X",
     )
     think_time_s: float = _option(
         0.0,
@@ -229,6 +261,58 @@ class SweepConfig:
         group="load",
         kind=int,
         metavar="N",
+    )
+    # -- adaptive sweeps (llmlat._adaptive)
+    max_concurrency: int | None = _option(
+        None,
+        f"Concurrency auto: the largest level the search may try (default {AUTO_MAX_CONCURRENCY}).",
+        group="auto",
+        kind=int,
+        metavar="N",
+    )
+    start_rate: float | None = _option(
+        None,
+        f"Rate auto: the first, light rate, requests/s (default {AUTO_START_RATE:g}); without "
+        f"requests or duration_s it sends {AUTO_FIRST_REQUESTS} requests, enough to time one "
+        "request alone.",
+        group="auto",
+        kind=float,
+        metavar="R",
+    )
+    max_rate: float | None = _option(
+        None,
+        "Rate auto: the largest rate the search may try, requests/s (default: none).",
+        group="auto",
+        kind=float,
+        metavar="R",
+    )
+    max_requests: int | None = _option(
+        None,
+        "Auto sweeps: most requests sent in all; a level that would pass it is not started.",
+        group="auto",
+        kind=int,
+        metavar="N",
+    )
+    max_time_s: float | None = _option(
+        None,
+        "Auto sweeps: most seconds in all; a level expected to end past it is not started.",
+        group="auto",
+        kind=float,
+    )
+    max_p95_s: float | None = _option(
+        None,
+        "Auto sweeps: stop growing once a level's p95 latency exceeds this, seconds, and place "
+        "no level at or past that one (default: no limit).",
+        group="auto",
+        kind=float,
+    )
+    max_429_rate: float | None = _option(
+        None,
+        "Auto sweeps: stop growing once a level has more 429s than this per request (final "
+        f"or retried), and place no level at or past it (default {AUTO_MAX_429_RATE:g}).",
+        group="auto",
+        kind=float,
+        metavar="SHARE",
     )
     # -- level length
     requests: int | Sequence[int] | None = _option(
@@ -280,6 +364,41 @@ class SweepConfig:
     )
     max_retry_wait_s: float = _option(
         60.0, "Cap on a server's Retry-After hint, seconds.", group="retry", kind=float
+    )
+    backoff_jitter: bool = _option(
+        True,
+        "Full jitter: each backoff drawn uniformly below its exponential bound (off: the bound "
+        "itself, plain exponential backoff).",
+        group="retry",
+        kind=bool,
+    )
+    honour_retry_after: bool = _option(
+        True,
+        "Wait at least the server's Retry-After hint before a retry.",
+        group="retry",
+        kind=bool,
+    )
+    client_rpm: float | None = _option(
+        None,
+        "Client-side token bucket: at most this many attempts (retries too) per minute, evenly "
+        "spaced (shared out across shards); the wait shows as send lag or retry wait.",
+        group="retry",
+        kind=float,
+        metavar="RPM",
+    )
+    fallback_on: str | Sequence[str] = _option(
+        "429,5xx,timeout,connection",
+        "With several URLs: the errors that send an attempt on at once to the next URL (some "
+        "of 429, 5xx, timeout, connection), without a backoff or a retry spent.",
+        group="retry",
+        metavar="429,5xx,...",
+    )
+    failover_max_s: float = _option(
+        30.0,
+        "Failover budget: no failover to the next URL once this many seconds have passed since "
+        "the request's first send.",
+        group="retry",
+        kind=float,
     )
     # -- run settings
     seed: int = _option(
@@ -344,6 +463,12 @@ class SweepConfig:
     )
 
     def __post_init__(self) -> None:
+        if isinstance(self.url, str) and "," in self.url:
+            object.__setattr__(self, "url", tuple(u.strip() for u in self.url.split(",")))
+        elif isinstance(self.url, Sequence) and not isinstance(self.url, str):
+            object.__setattr__(self, "url", tuple(self.url))
+        if isinstance(self.fallback_on, Sequence) and not isinstance(self.fallback_on, str):
+            object.__setattr__(self, "fallback_on", tuple(self.fallback_on))
         for name in ("concurrency", "rate", "requests", "duration_s"):
             value = getattr(self, name)
             if isinstance(value, Sequence | np.ndarray) and not isinstance(value, str):
@@ -351,9 +476,12 @@ class SweepConfig:
         if self.headers is not None and isinstance(self.headers, dict):
             object.__setattr__(self, "headers", dict(self.headers))
         self.target()  # validates the target's fields
+        for url in self.urls()[1:]:
+            Target(url)  # validates each fallback's URL
         self.retry_policy()
+        self.failover()
         self._check_run()
-        trace = _read_trace(self.trace) if isinstance(self.trace, str | os.PathLike) else self.trace
+        trace = read_trace(self.trace) if isinstance(self.trace, str | os.PathLike) else self.trace
         object.__setattr__(self, "_plans", _plan(self, trace))
 
     # ------------------------------------------------------------------ building
@@ -417,7 +545,7 @@ class SweepConfig:
         Target
         """
         return Target(
-            url or self.url or _PLACEHOLDER_URL,
+            url or (self.urls() or [_PLACEHOLDER_URL])[0],
             api=self.api,
             model=self.model,
             api_key_env=self.api_key_env,
@@ -426,6 +554,27 @@ class SweepConfig:
             stream=self.stream,
             max_tokens=self.max_tokens,
         )
+
+    def urls(self) -> list[str]:
+        """Return the URLs to measure: the primary first, then the fallbacks (empty: none given).
+
+        Returns
+        -------
+        list of str
+        """
+        if self.url is None:
+            return []
+        return [self.url] if isinstance(self.url, str) else list(self.url)
+
+    def failover(self) -> Failover:
+        """Return the :class:`~llmlat._client.Failover` rules of a run with fallback URLs.
+
+        Returns
+        -------
+        Failover
+        """
+        on = self.fallback_on if isinstance(self.fallback_on, str) else tuple(self.fallback_on)
+        return Failover(on=on, max_s=self.failover_max_s)
 
     def retry_policy(self) -> RetryPolicy:
         """Return the :class:`~llmlat._client.RetryPolicy` of the run.
@@ -439,15 +588,28 @@ class SweepConfig:
             backoff_base_s=self.backoff_base_s,
             backoff_max_s=self.backoff_max_s,
             max_retry_wait_s=self.max_retry_wait_s,
+            backoff_jitter=self.backoff_jitter,
+            honour_retry_after=self.honour_retry_after,
         )
 
-    def plans(self) -> list[LevelPlan]:
+    def plans(self, **levels: Any) -> list[LevelPlan]:
         """Return the planned levels, in order (see :func:`llmlat._loadshapes.plan_levels`).
+
+        An adaptive sweep's config plans its first level; :mod:`llmlat._adaptive` plans the
+        next ones from it with ``levels``.
+
+        Parameters
+        ----------
+        **levels
+            ``concurrency=[...]`` or ``rate=[...]`` (and per-level ``requests``): plan these
+            levels with the other options.
 
         Returns
         -------
         list of LevelPlan
         """
+        if levels:
+            return _plan(self, None, **levels)
         return list(self._plans)  # type: ignore[attr-defined]
 
     def sim_config(self) -> Any:
@@ -481,7 +643,8 @@ class SweepConfig:
         dict
         """
         meta = self.options()
-        meta["url"] = None if self.url is None else redact_url(self.url)
+        urls = [redact_url(u) for u in self.urls()]
+        meta["url"] = urls if len(urls) > 1 else urls[0] if urls else None
         meta["headers"] = None if self.headers is None else sorted(self.headers)
         if self.trace is not None:
             sends = self._plans[0].total()  # type: ignore[attr-defined]
@@ -500,7 +663,13 @@ class SweepConfig:
     # ------------------------------------------------------------------ checks
 
     def _check_run(self) -> None:
-        for name in ("simulator_process", "progress", "overwrite", "preconnect"):
+        for name in (
+            "simulator_process",
+            "progress",
+            "overwrite",
+            "preconnect",
+            "cache_system_prompt",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
         if not (
@@ -510,6 +679,16 @@ class SweepConfig:
             and self.pause_s >= 0
         ):
             raise ValueError(f"pause_s: {self.pause_s!r} is not allowed (seconds >= 0)")
+        if not all(isinstance(u, str) for u in self.urls()) or (
+            self.url is not None and not self.urls()
+        ):
+            raise ValueError(f"url: expected a URL or a list of URLs, got {self.url!r}")
+        if self.client_rpm is not None and not (
+            isinstance(self.client_rpm, int | float)
+            and not isinstance(self.client_rpm, bool)
+            and 0 < self.client_rpm < math.inf
+        ):
+            raise ValueError(f"client_rpm: {self.client_rpm!r} is not allowed (a number > 0)")
         if self.url is not None and self.simulator is not None:
             raise ValueError("simulator: only used without url (measure one or the other)")
         if self.simulator is not None:
@@ -526,6 +705,7 @@ class SweepConfig:
         if self.save is not None and not isinstance(self.save, str | os.PathLike):
             raise ValueError(f"save: expected a file path, got {type(self.save).__name__}")
         self._check_shards()
+        self._check_auto()
         if self.transport not in TRANSPORTS:
             raise ValueError(
                 f"transport: {self.transport!r} is not allowed (one of {', '.join(TRANSPORTS)})"
@@ -548,6 +728,64 @@ class SweepConfig:
                 )
             if self.cluster == "local":
                 raise ValueError("ray_address: only with cluster ray (shards on a Ray cluster)")
+
+    def _check_auto(self) -> None:
+        for name in ("concurrency", "rate"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value != AUTO:
+                raise ValueError(f"{name}: {value!r} is not allowed (numbers, or {AUTO!r})")
+        auto = self.auto()
+        limits = {
+            "max_concurrency": ("concurrency", int, 1),
+            "start_rate": ("rate", float, 0),
+            "max_rate": ("rate", float, 0),
+            "max_requests": (None, int, 1),
+            "max_time_s": (None, float, 0),
+            "max_p95_s": (None, float, 0),
+            "max_429_rate": (None, float, 0),
+        }
+        for name, (kind, number, low) in limits.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if auto is None or kind not in (None, auto):
+                needs = f"{kind}={AUTO!r}" if kind else f"concurrency or rate {AUTO!r}"
+                raise ValueError(f"{name}: only used by an adaptive sweep ({needs})")
+            ok = isinstance(value, int | np.integer if number is int else int | float | np.number)
+            ok = ok and not isinstance(value, bool) and math.isfinite(value)
+            ok = ok and (value >= low if number is int else value > low)
+            if name == "max_429_rate":
+                ok = ok and value < 1
+            if not ok:
+                what = f"an integer >= {low}" if number is int else "a number > 0"
+                raise ValueError(f"{name}: {value!r} is not allowed ({what})")
+        if auto is None:
+            return
+        start, top = self.start_rate, self.max_rate
+        if start is not None and top is not None and start > top:
+            raise ValueError(f"start_rate: {start!r} is above max_rate {top!r}")
+        for name in ("requests", "duration_s"):
+            if isinstance(getattr(self, name), tuple):
+                raise ValueError(
+                    f"{name}: an adaptive sweep chooses its levels; give one value for all"
+                )
+        if self.shard_cluster() is not None:
+            raise ValueError(
+                f"{auto}: {AUTO!r} chooses each level from the last one, in one engine; a "
+                "sharded sweep (workers, cluster, ray_address) needs its levels up front"
+            )
+
+    def auto(self) -> str | None:
+        """Return ``"concurrency"`` or ``"rate"`` for an adaptive sweep, else None.
+
+        Returns
+        -------
+        str or None
+        """
+        for name in ("concurrency", "rate"):
+            if getattr(self, name) == AUTO:
+                return name
+        return None
 
     def shard_cluster(self) -> str | None:
         """Return where the shards run: ``"local"``, ``"ray"``, or None for one in-process engine.
@@ -774,33 +1012,32 @@ def _without_name(exc: ValueError) -> str:
     return rest if sep and name.isidentifier() else text
 
 
-def _read_trace(path: str | os.PathLike) -> Any:
-    import pandas as pd
+def _plan(config: SweepConfig, trace: Any, **overrides: Any) -> list[LevelPlan]:
+    """Plan the levels of ``config``; ``overrides`` replace options of :func:`plan_levels`.
 
-    path = Path(path)
-    try:
-        if path.suffix == ".parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"trace: cannot read {path} ({exc})") from None
-
-
-def _plan(config: SweepConfig, trace: Any) -> list[LevelPlan]:
-    return plan_levels(
-        concurrency=config.concurrency,
-        rate=config.rate,
-        trace=trace,
-        think_time_s=config.think_time_s,
-        arrival=config.arrival,
-        burstiness=config.burstiness,
-        max_in_flight=config.max_in_flight,
-        requests=config.requests,
-        duration_s=config.duration_s,
-        warmup=config.warmup,
-        warmup_s=config.warmup_s,
-        seed=config.seed,
-    )
+    An adaptive sweep is planned one level at a time (:mod:`llmlat._adaptive`, with the levels
+    so far as overrides); its config plans its first level.
+    """
+    auto = config.auto()
+    if auto is not None and not overrides:
+        first = 1 if auto == "concurrency" else (config.start_rate or AUTO_START_RATE)
+        overrides = {auto: [first]}
+    options = {
+        "concurrency": config.concurrency,
+        "rate": config.rate,
+        "trace": trace,
+        "think_time_s": config.think_time_s,
+        "arrival": config.arrival,
+        "burstiness": config.burstiness,
+        "max_in_flight": config.max_in_flight,
+        "requests": config.requests,
+        "duration_s": config.duration_s,
+        "warmup": config.warmup,
+        "warmup_s": config.warmup_s,
+        "seed": config.seed,
+        "trace_speed": config.trace_speed,
+    }
+    return plan_levels(**{**options, **overrides})
 
 
 SweepConfig.__doc__ = _with_options_doc(SweepConfig.__doc__)

@@ -1,6 +1,8 @@
 """Seaborn figures of a sweep: latency, utilization, throughput, ECDF, errors, and an overview.
 
-Each function takes a :class:`~llmlat.results.SweepResult` or a requests table with the columns of
+Each function (but those of :data:`TABLE_FIGURES`: :func:`comparison` draws the table of
+:func:`llmlat.compare_runs`, :func:`policies` that of :func:`llmlat.policy_lab`) takes a
+:class:`~llmlat.results.SweepResult` or a requests table with the columns of
 :data:`llmlat.schema.REQUEST_COLUMNS`, draws on ``ax`` (or on a new figure) and returns the
 :class:`matplotlib.figure.Figure`. Figures are built with the object-oriented API, never through
 pyplot, so nothing leaks into global state and Jupyter shows a returned figure exactly once.
@@ -37,7 +39,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
     Data: TypeAlias = SweepResult | pd.DataFrame
 
-__all__ = ["ecdf", "errors", "latency", "overview", "throughput", "utilization"]
+__all__ = [
+    "comparison",
+    "ecdf",
+    "errors",
+    "latency",
+    "overview",
+    "policies",
+    "throughput",
+    "utilization",
+]
+
+#: Figures of a table that another function made (:func:`llmlat.compare_runs`,
+#: :func:`llmlat.policy_lab`), not of one sweep: ``SweepResult.plot`` does not offer them.
+TABLE_FIGURES = ("comparison", "policies")
 
 #: Confidence of the error bars drawn around observed percentiles.
 CI_LEVEL = _st.CONFIDENCE
@@ -961,4 +976,178 @@ def overview(data: Data, fit: FitResult | None = None) -> Figure:
         draw(ax)
     for ax in axes[len(panels) :]:
         ax.set_axis_off()
+    return fig
+
+
+_COMPARE_LABELS = {
+    "latency_p50_s": ("p50 latency", "difference, s"),
+    "latency_p95_s": ("p95 latency", "difference, s"),
+    "throughput_rps": ("throughput", "difference, req/s"),
+    "rate_limited_rate": ("429 share", "difference"),
+}
+
+
+def comparison(table: pd.DataFrame, metrics: Sequence[str] | None = None) -> Figure:
+    """Draw what :func:`llmlat.compare_runs` found: per level, each run minus the baseline.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The table :func:`llmlat.compare_runs` (or :meth:`SweepResult.compare`) returns.
+    metrics : sequence of str, optional
+        Which of its metrics to draw, one panel each (default: all four).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One panel per metric: the difference with its interval as error bars, a line at 0;
+        a level measured in only one of the runs is marked with an x on the 0 line.
+
+    Raises
+    ------
+    ValueError
+        If ``table`` is not a comparison table or names an unknown metric.
+    """
+    need = {"run", "level", "level_kind", "metric", "present", "diff", "diff_low", "diff_high"}
+    if not isinstance(table, pd.DataFrame) or not need <= set(table.columns):
+        raise ValueError("table: expected the table llmlat.compare_runs returns")
+    metrics = list(metrics or _COMPARE_LABELS)
+    unknown = [m for m in metrics if m not in _COMPARE_LABELS]
+    if unknown:
+        raise ValueError(f"metrics: unknown {unknown}; expected some of {list(_COMPARE_LABELS)}")
+    cols = min(2, len(metrics))
+    rows = -(-len(metrics) // cols)
+    with sns.axes_style(_STYLE):
+        fig = _ShownFigure(
+            figsize=(_GRID_CELL[0] * cols, _GRID_CELL[1] * rows), layout="constrained"
+        )
+        axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    palette = sns.color_palette()
+    runs = list(dict.fromkeys(table["run"]))
+    kinds = table["level_kind"].dropna().unique()
+    kind = str(kinds[0]) if len(kinds) == 1 else None
+    confidence = table.attrs.get("confidence", CI_LEVEL)
+    for ax, metric in zip(axes, metrics, strict=False):
+        title, ylabel = _COMPARE_LABELS[metric]
+        part = table[table["metric"] == metric]
+        unbounded = False
+        for i, run in enumerate(runs):
+            rows_ = part[(part["run"] == run) & (part["present"] == "both")].sort_values("level")
+            x = rows_["level"].to_numpy(float)
+            y = rows_["diff"].to_numpy(float)
+            lo = rows_["diff_low"].to_numpy(float)
+            hi = rows_["diff_high"].to_numpy(float)
+            known = np.isfinite(lo) & np.isfinite(hi)
+            unbounded |= bool((~known).any())
+            color = palette[i % len(palette)]
+            ax.plot(
+                x,
+                y,
+                "o-",
+                lw=1,
+                color=color,
+                label=f"{run} - {rows_['baseline'].iloc[0]}" if len(rows_) else run,
+            )
+            if known.any():
+                ax.errorbar(
+                    x[known],
+                    y[known],
+                    yerr=[y[known] - lo[known], hi[known] - y[known]],
+                    fmt="none",
+                    color=color,
+                    capsize=3,
+                    lw=1,
+                )
+            only = part[(part["run"] == run) & (part["present"] != "both")]
+            if len(only):
+                ax.plot(
+                    only["level"],
+                    np.zeros(len(only)),
+                    "x",
+                    color=color,
+                    ms=8,
+                    label=f"measured in one run only ({run})",
+                )
+        ax.axhline(0, color="0.4", lw=0.8)
+        if unbounded:
+            _note(ax, "no bar: too few requests in a run for an interval")
+        levels = part["level"].to_numpy(float)
+        if len(levels):
+            _level_axis(ax, levels, kind)
+        if metric == "rate_limited_rate":
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title}: run - baseline ({confidence:.0%} interval)")
+        ax.legend(fontsize="small")
+    for ax in axes[len(metrics) :]:
+        ax.set_axis_off()
+    return fig
+
+
+def policies(table: pd.DataFrame) -> Figure:
+    """Draw what :func:`llmlat.policy_lab` measured: each client design side by side.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The table :func:`llmlat.policy_lab` returns.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Three panels of bars per design (one colour per level): load amplification (attempts
+        over requests), the share of requests lost to a 429, and p95 latency of answered
+        requests with its interval.
+
+    Raises
+    ------
+    ValueError
+        If ``table`` is not a policy-lab table.
+    """
+    need = {"design", "level", "amplification", "rate_limited_rate", "latency_p95_s"}
+    if not isinstance(table, pd.DataFrame) or not need <= set(table.columns):
+        raise ValueError("table: expected the table llmlat.policy_lab returns")
+    designs = list(dict.fromkeys(table["design"]))
+    levels = sorted(table["level"].unique())
+    with sns.axes_style(_STYLE):
+        fig = _ShownFigure(
+            figsize=(_GRID_CELL[0] * 3, max(_GRID_CELL[1], 0.45 * len(designs) + 1.5)),
+            layout="constrained",
+        )
+        axes = fig.subplots(1, 3, sharey=True)
+    palette = sns.color_palette()
+    y = np.arange(len(designs))
+    height = 0.8 / len(levels)
+    panels = (
+        ("amplification", "attempts per request (load amplification)"),
+        ("rate_limited_rate", "requests lost to a 429"),
+        ("latency_p95_s", "p95 latency of answered requests, s"),
+    )
+    for ax, (column, title) in zip(axes, panels, strict=True):
+        for j, level in enumerate(levels):
+            part = table[table["level"] == level].set_index("design").reindex(designs)
+            value = part[column].to_numpy(float)
+            err = None
+            if column == "latency_p95_s" and "latency_p95_low_s" in part:
+                low = part["latency_p95_low_s"].to_numpy(float)
+                high = part["latency_p95_high_s"].to_numpy(float)
+                err = np.nan_to_num(np.vstack([value - low, high - value]), nan=0.0)
+            ax.barh(
+                y + (j - (len(levels) - 1) / 2) * height,
+                value,
+                height=height,
+                xerr=err,
+                color=palette[j % len(palette)],
+                capsize=2,
+                label=f"level {level:g}",
+            )
+        if column == "amplification":
+            ax.axvline(1.0, color="0.4", lw=0.8)
+        if column == "rate_limited_rate":
+            ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_title(title, fontsize="medium")
+    axes[0].set_yticks(y, designs)
+    axes[0].invert_yaxis()
+    if len(levels) > 1:
+        axes[0].legend(fontsize="small")
     return fig

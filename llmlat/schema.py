@@ -86,6 +86,9 @@ REQUEST_COLUMNS: dict[str, str] = {
     "prompt_tokens": _I,
     "completion_tokens": _I,
     "cached_tokens": _I,
+    "cache_creation_tokens": _I,
+    "served_by": _I,
+    "failover_s": _F,
 }
 
 #: Column name -> pandas dtype of the attempts table (one row per HTTP attempt).
@@ -103,6 +106,7 @@ ATTEMPT_COLUMNS: dict[str, str] = {
     "error_kind": _S,
     "error": _S,
     "retry_after_s": _F,
+    "target": "int64",
 }
 
 #: Column name -> pandas dtype of the levels table: one row per swept level, what the engine
@@ -133,7 +137,11 @@ class Record:
     there is no coordinated omission); ``service_s`` counts from ``t_sent`` of the first attempt,
     taken once its connection is open (so it excludes the connect); ``connect_s`` is the TCP
     (and TLS) connect time of the first attempt (NaN on a reused connection); ``lag_s`` is
-    ``t_sent - t_scheduled - connect_s``: how late the client began sending.
+    ``t_sent - t_scheduled - connect_s``: how late the client began sending. With fallback
+    targets (``url=[primary, fallback, ...]``), ``served_by`` is the index of the target that
+    answered (``<NA>`` when none did) and ``failover_s`` the seconds from the first send to the
+    send of the answering attempt when a fallback answered (0 when the primary did, NaN when
+    none did).
     """
 
     run_id: str
@@ -168,6 +176,9 @@ class Record:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    served_by: int | None = None
+    failover_s: float = _NAN
 
 
 @dataclass(slots=True)
@@ -175,7 +186,7 @@ class Attempt:
     """One HTTP attempt of a logical request (see :data:`ATTEMPT_COLUMNS`).
 
     ``connect_s`` is the TCP (and TLS) connect time of the attempt, NaN on a reused connection;
-    ``t_sent`` is taken after it.
+    ``t_sent`` is taken after it. ``target`` is the index of the URL it went to (0: the primary).
     """
 
     run_id: str
@@ -191,6 +202,7 @@ class Attempt:
     error_kind: str | None = None
     error: str | None = None
     retry_after_s: float = _NAN
+    target: int = 0
 
 
 @dataclass(slots=True)

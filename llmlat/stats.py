@@ -36,7 +36,11 @@ Definitions (per level of one sweep):
   batch-means variance still runs low (about half the truth at N = 2c); the calibration
   benchmark reports the coverage this gives.
 - **Quantiles** interpolate linearly (numpy's default); their intervals are the order statistics
-  of :func:`scipy.stats.quantile_test` (distribution-free).
+  of :func:`scipy.stats.quantile_test` (distribution-free), which hold for independent draws;
+  with ``min_batch`` they are widened about the estimate by the square root of the batch-means
+  variance inflation (:func:`variance_inflation`), as the fits widen a level's quantile.
+- **Proportions** (a 429 share, :func:`proportion_interval`): Wilson's score interval on an
+  effective sample size, ``n`` over the batch-means variance inflation (refusals come in runs).
 """
 
 from __future__ import annotations
@@ -57,11 +61,15 @@ __all__ = [
     "mser5",
     "ok_mask",
     "phases",
+    "proportion_interval",
     "quantile_interval",
+    "quantile_interval_ordered",
     "row_times",
     "steady_window",
     "throughput",
+    "throughput_interval",
     "transient_mask",
+    "variance_inflation",
 ]
 
 #: Confidence of every interval shown by default.
@@ -398,6 +406,59 @@ def throughput(
     return (float(w[done].sum()) / span if span > 0 else math.nan), False
 
 
+def throughput_interval(
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+    transient: np.ndarray,
+    measured: np.ndarray,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float]:
+    """Return the throughput of :func:`throughput` with its interval.
+
+    The window the rate is taken over is cut into equal sub-windows (up to 20, with at least
+    5 completions each on average), taken as batches; the interval is the wider of the
+    Student-t interval of their mean completion rate (completions bunch when requests share a
+    queue state, so the counts of whole sub-windows can vary more than a Poisson count) and
+    the normal interval of a Poisson count.
+
+    Parameters
+    ----------
+    start, end, ok, transient, measured : numpy.ndarray
+        As for :func:`throughput`.
+    confidence : float, default 0.95
+        Coverage of the interval.
+
+    Returns
+    -------
+    tuple of float
+        ``(rate, low, high)`` per second; the bounds are NaN with fewer than 2 completions.
+    """
+    from scipy.stats import norm, t  # lazy: scipy is slow to import
+
+    rate, windowed = throughput(start, end, ok, transient, measured)
+    done = ok & np.isfinite(end)
+    if math.isnan(rate):
+        return math.nan, math.nan, math.nan
+    if windowed:
+        a, b = steady_window(start[measured], end[measured], transient[measured])
+        ends = end[done & (end > a) & (end <= b)]
+    else:
+        known = measured & np.isfinite(start) & np.isfinite(end)
+        a, b = float(start[known].min()), float(end[known].max())
+        ends = end[done & measured]
+    n = len(ends)
+    if n < 2 or b <= a:
+        return rate, math.nan, math.nan
+    half = float(norm.ppf(0.5 + confidence / 2)) * math.sqrt(n) / (b - a)
+    bins = min(_MAX_BATCHES, n // _MIN_BATCH)
+    if bins >= 4:
+        rates = np.histogram(ends, bins=bins, range=(a, b))[0] / ((b - a) / bins)
+        se = float(rates.std(ddof=1)) / math.sqrt(bins)  # the sub-windows are the batches
+        half = max(half, float(t.ppf(0.5 + confidence / 2, bins - 1)) * se)
+    return rate, max(0.0, rate - half), rate + half
+
+
 def batch_means(values: np.ndarray, min_batch: int = 1) -> tuple[float, float, float]:
     """Mean and its standard error by overlapping batch means over the sequence's order.
 
@@ -498,3 +559,88 @@ def quantile_interval(
     low = float(x[lo_rank - 1]) if lo_rank >= 1 else math.nan
     high = float(x[hi_rank]) if hi_rank < n else math.nan
     return est, low, high
+
+
+def variance_inflation(values: np.ndarray, min_batch: int = 1) -> float:
+    """How much correlation in request order inflates the variance of the mean, at least 1.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations in request order (NaN-free).
+    min_batch : int, default 1
+        As for :func:`batch_means`.
+
+    Returns
+    -------
+    float
+        ``(batch-means se / independent-draws se)**2``; 1 when it cannot be told.
+    """
+    n = len(values)
+    if n < 2:
+        return 1.0
+    std = float(np.std(values, ddof=1))
+    if not std > 0:
+        return 1.0
+    se = batch_means(values, min_batch)[1]
+    return max(1.0, (se / (std / math.sqrt(n))) ** 2)
+
+
+def quantile_interval_ordered(
+    values: np.ndarray, q: float, confidence: float = CONFIDENCE, min_batch: int = 1
+) -> tuple[float, float, float]:
+    """:func:`quantile_interval` of values in request order, widened for their correlation.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        Observations in request order (NaN-free).
+    q : float
+        Probability in (0, 1).
+    confidence : float, default 0.95
+        Coverage of the interval.
+    min_batch : int, default 1
+        As for :func:`batch_means` (a closed level's N).
+
+    Returns
+    -------
+    tuple of float
+        ``(estimate, low, high)``: each side of the order-statistic interval stretched by the
+        square root of :func:`variance_inflation`; a bound the sample cannot give is NaN.
+    """
+    est, low, high = quantile_interval(values, q, confidence)
+    scale = math.sqrt(variance_inflation(values, min_batch))
+    return est, est - (est - low) * scale, est + (high - est) * scale
+
+
+def proportion_interval(
+    hits: np.ndarray, confidence: float = CONFIDENCE, min_batch: int = 1
+) -> tuple[float, float, float]:
+    """Return a share with Wilson's score interval on the batch-means effective sample size.
+
+    Parameters
+    ----------
+    hits : numpy.ndarray
+        0/1 (or boolean) outcomes in request order.
+    confidence : float, default 0.95
+        Coverage of the interval.
+    min_batch : int, default 1
+        As for :func:`batch_means`.
+
+    Returns
+    -------
+    tuple of float
+        ``(share, low, high)``; all NaN without data.
+    """
+    from scipy.stats import norm  # lazy: scipy is slow to import
+
+    x = np.asarray(hits, dtype=np.float64)
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    p = float(x.mean())
+    m = n / variance_inflation(x, min_batch)
+    z = float(norm.ppf(0.5 + confidence / 2))
+    centre = (p + z * z / (2 * m)) / (1 + z * z / m)
+    half = z / (1 + z * z / m) * math.sqrt(p * (1 - p) / m + z * z / (4 * m * m))
+    return p, max(0.0, centre - half), min(1.0, centre + half)

@@ -79,3 +79,23 @@ def test_report_on_a_missing_dataset_is_a_one_line_error(run_llmlat, tmp_path):
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "nope.parquet" in proc.stderr
+
+
+def test_report_without_a_fit_says_why_and_exits_4(demo_run, run_llmlat, tmp_path):
+    import llmlat
+
+    full = llmlat.read(demo_run[0] / "sweep.parquet")
+    level = full.levels["level"].iloc[0]  # one level cannot identify any model
+    llmlat.SweepResult(
+        requests=full.requests[full.requests["level"] == level],
+        attempts=full.attempts[full.attempts["level"] == level],
+        levels=full.levels[full.levels["level"] == level],
+        meta=full.meta,
+    ).save(tmp_path / "one.parquet")
+    proc = run_llmlat("report", "one.parquet", "--p95-s", "2", cwd=tmp_path)
+    assert proc.returncode == 4, proc.stderr
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("note: ")]
+    assert any(n.startswith("note: No model fitted:") for n in notes), proc.stdout
+    assert any("No capacity plan" in n for n in notes), proc.stdout
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "No model fitted" in page and "Capacity plan" not in page

@@ -31,7 +31,7 @@ def test_a_cap_no_queue_shows_and_a_bounded_parameter_are_not_identified(no_queu
     assert res.model == "batch"
     assert not res.identified["slots"] and not res.identified["join_steps"]
     assert res.identified[["t0_s", "t1_s"]].all()
-    assert "measure at more levels between 424 and 1024" in res.unidentified["slots"]
+    assert "measure at more levels between 430 and 1024" in res.unidentified["slots"]
     ci = res.conf_int()
     # the integer keeps the lower end the data support; a continuous one has no interval
     assert ci.loc["slots", "lower"] <= res.params["slots"] and np.isinf(ci.loc["slots", "upper"])

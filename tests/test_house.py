@@ -26,6 +26,7 @@ PACKAGE = REPO / "llmlat"
 PUBLIC = [
     "Attempt",
     "FitResult",
+    "Prices",
     "Record",
     "RetryPolicy",
     "SimConfig",
@@ -37,14 +38,18 @@ PUBLIC = [
     "__version__",
     "asweep",
     "compare",
+    "compare_fits",
+    "compare_runs",
     "datasets",
     "fit",
     "plot",
     "queueing",
     "read",
+    "request_costs",
     "schema",
     "sweep",
     "verify_plan",
+    "policy_lab",
 ]
 
 

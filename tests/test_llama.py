@@ -161,3 +161,15 @@ def test_too_long_a_prompt_stays_a_failed_row(llama_url):
     assert "context length" in plain["error"]
     streamed = llmlat.sweep("word " * 3000, stream=True, **options).requests.iloc[0]
     assert not streamed["ok"] and streamed["error_kind"] == "protocol"
+
+
+def test_adaptive_sweep_finds_the_one_slot(llama_url):
+    # one request decoded at a time: throughput stops growing past one client, so the knee
+    # N* = X_max * W_1 is about 1 and the levels above it only repeat the capacity
+    res = _sweep(llama_url, concurrency="auto", requests=8, max_concurrency=4)
+    auto = res.meta["adaptive"]
+    assert res.requests["ok"].all()
+    assert auto["stopped_by"] == "throughput" and auto["growth_levels"][:3] == [1, 2, 4]
+    assert 0.6 < auto["knee"] < 1.6
+    assert sorted(res.meta["levels"]) == sorted(res.requests["level"].unique())
+    assert llmlat.fit(res, model="mmc").params["c"] == 1

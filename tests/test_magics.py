@@ -590,6 +590,10 @@ def test_llmfit_fits_stores_and_compares(ip: InteractiveShell) -> None:
     assert ip.run_line_magic("llmfit", "synth --model mmc;") is None
     table = ip.run_line_magic("llmfit", "synth --compare")
     assert {"mmc", "mm1"} <= set(table.index)
+    plan = ip.run_line_magic("llmfit", "synth --model mmc --p95-s 2 --rpm 600 -o planned")
+    assert plan is ip.user_ns["planned"]
+    assert plan == ip.user_ns["fitted"].plan(p95=2, rpm=600)
+    assert plan.binding in {"latency target", "rpm limit"}
 
 
 @pytest.mark.parametrize(

@@ -470,7 +470,7 @@ def test_all_failed_still_shows_errors_and_throughput(closed):
     assert np.all(ax.get_lines()[0].get_ydata() == 0) and _labels(ax) == ["measured"]
 
 
-@pytest.mark.parametrize("kind", plot.__all__)
+@pytest.mark.parametrize("kind", [k for k in plot.__all__ if k not in plot.TABLE_FIGURES])
 def test_sweep_result_plot_delegates(unthrottled, mmc_fit, kind):
     kwargs = {"fit": mmc_fit} if kind == "utilization" else {}
     assert isinstance(unthrottled.plot(kind, **kwargs), Figure)

@@ -157,7 +157,7 @@ def test_max_completion_tokens_and_drawn_lengths():
 
 
 def test_prompt_caching():
-    system = "You are a careful assistant. " * 20  # 580 characters -> 145 tokens
+    system = "You are a careful assistant. " * 200  # 5800 characters -> 1450 tokens
     anthropic = {
         "model": "m",
         "max_tokens": 2,
@@ -177,14 +177,16 @@ def test_prompt_caching():
         return out, sim.truth()
 
     (a1, o1, a2, o2), truth = run(with_sim(go))
-    assert a1["usage"]["cache_creation_input_tokens"] == 145
+    assert a1["usage"]["cache_creation_input_tokens"] == 1450
     assert a1["usage"]["cache_read_input_tokens"] == 0
-    assert a2["usage"]["cache_read_input_tokens"] == 145
+    assert a2["usage"]["cache_read_input_tokens"] == 1450
     assert a2["usage"]["input_tokens"] == 1
     assert o1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    assert o2["usage"]["prompt_tokens_details"]["cached_tokens"] == 145
-    assert o2["usage"]["prompt_tokens"] == 146
-    assert truth["cached_tokens"].tolist() == [0, 0, 145, 145]
+    # OpenAI: the whole 1451-token prompt was seen; hits count 1024 + 128 k tokens
+    assert o2["usage"]["prompt_tokens_details"]["cached_tokens"] == 1408
+    assert o2["usage"]["prompt_tokens"] == 1451
+    assert truth["cached_tokens"].tolist() == [0, 0, 1450, 1408]
+    assert truth["cache_creation_tokens"].tolist() == [1450, 0, 0, 0]
 
 
 BAD_BODIES = [

@@ -6,13 +6,14 @@ decodes event streams by the spec.
 """
 
 from llmlat._apis.base import BodyResult, Endpoint, StreamParser
-from llmlat._apis.endpoints import API_NAMES, get_endpoint, make_payload
+from llmlat._apis.endpoints import API_NAMES, cacheable_system, get_endpoint, make_payload
 
 __all__ = [
     "API_NAMES",
     "BodyResult",
     "Endpoint",
     "StreamParser",
+    "cacheable_system",
     "get_endpoint",
     "make_payload",
 ]

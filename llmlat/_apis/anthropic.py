@@ -3,7 +3,9 @@
 A stream is a series of typed events (``message_start``, ``content_block_delta``, ``ping``,
 ``message_delta``, ``message_stop``, ``error``); the answer ends at ``message_stop``. Generated
 content is a delta of text, thinking or tool input (``partial_json``). ``input_tokens`` excludes
-cache reads and writes; ``prompt_tokens`` counts them all, as OpenAI's does.
+cache reads and writes; ``prompt_tokens`` counts them all, as OpenAI's does, and
+``cached_tokens`` / ``cache_creation_tokens`` keep ``cache_read_input_tokens`` /
+``cache_creation_input_tokens`` as reported.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ def anthropic_usage(out: Any, usage: dict[str, Any]) -> None:
     inp = as_int(usage.get("input_tokens"))
     if inp is not None:
         read = as_int(usage.get("cache_read_input_tokens"))
-        write = as_int(usage.get("cache_creation_input_tokens")) or 0
-        out.prompt_tokens = inp + (read or 0) + write
+        write = as_int(usage.get("cache_creation_input_tokens"))
+        out.prompt_tokens = inp + (read or 0) + (write or 0)
         if read is not None:
             out.cached_tokens = read
+        if write is not None:
+            out.cache_creation_tokens = write
     completion = as_int(usage.get("output_tokens"))
     if completion is not None:
         out.completion_tokens = completion

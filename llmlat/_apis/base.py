@@ -31,7 +31,7 @@ class BodyResult:
     ----------
     content : bool
         Whether it carried generated content.
-    prompt_tokens, completion_tokens, cached_tokens : int or None
+    prompt_tokens, completion_tokens, cached_tokens, cache_creation_tokens : int or None
         Usage as reported by the server (None when not reported).
     error : str or None
         A short error text when the body was an error object or not a valid answer.
@@ -40,6 +40,7 @@ class BodyResult:
     """
 
     __slots__ = (
+        "cache_creation_tokens",
         "cached_tokens",
         "completion_tokens",
         "content",
@@ -53,6 +54,7 @@ class BodyResult:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None
+        self.cache_creation_tokens: int | None = None
         self.error: str | None = None
         self.error_kind: str | None = None
 
@@ -99,7 +101,7 @@ class StreamParser(SSEDecoder):
     ----------
     times : list of int
         Arrival time (ns) of each event that carried generated content, in order.
-    prompt_tokens, completion_tokens, cached_tokens : int or None
+    prompt_tokens, completion_tokens, cached_tokens, cache_creation_tokens : int or None
         Usage as reported by the server.
     done : bool
         Whether the stream said the answer was complete (end of message, or a finish reason).
@@ -113,6 +115,7 @@ class StreamParser(SSEDecoder):
 
     __slots__ = (
         "_t",
+        "cache_creation_tokens",
         "cached_tokens",
         "completion_tokens",
         "done",
@@ -130,6 +133,7 @@ class StreamParser(SSEDecoder):
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None
+        self.cache_creation_tokens: int | None = None
         self.done = False
         self.ended = False
         self.error: str | None = None

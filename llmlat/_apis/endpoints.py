@@ -19,7 +19,9 @@ from llmlat._apis.anthropic import MessagesEndpoint
 from llmlat._apis.base import Endpoint
 from llmlat._apis.openai import ChatEndpoint, CompletionsEndpoint
 
-__all__ = ["API_NAMES", "get_endpoint", "make_payload"]
+__all__ = ["API_NAMES", "cacheable_system", "get_endpoint", "make_payload"]
+
+_EPHEMERAL = {"type": "ephemeral"}
 
 #: The supported API flavours.
 API_NAMES = ("openai-chat", "openai-completions", "anthropic-messages")
@@ -69,6 +71,52 @@ def make_payload(payload: dict[str, Any] | str, api: str) -> dict[str, Any]:
     if key not in payload:
         raise ValueError(f"payload: a {api} request needs a {key!r} field")
     return dict(payload)
+
+
+def cacheable_system(payload: dict[str, Any], api: str) -> dict[str, Any]:
+    """Mark a payload's system prompt cacheable (the sweep option ``cache_system_prompt``).
+
+    Anthropic caches only what a ``cache_control: {"type": "ephemeral"}`` block ends: the
+    system prompt becomes a list of text blocks and its last one gets the mark. OpenAI caches
+    prompts of 1,024+ tokens by itself: nothing is sent, the leading system (or developer)
+    message is only checked, since a stable prefix is what it caches.
+
+    Parameters
+    ----------
+    payload : dict
+        A payload from :func:`make_payload` (not changed).
+    api : str
+        ``"anthropic-messages"`` or ``"openai-chat"``.
+
+    Returns
+    -------
+    dict
+        A new dict.
+
+    Raises
+    ------
+    ValueError
+        Naming ``cache_system_prompt`` when the payload has no system prompt, or the API has
+        none (``openai-completions``).
+    """
+    body = dict(payload)
+    if api == "anthropic-messages":
+        system = body.get("system")
+        if isinstance(system, str) and system:
+            body["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+            return body
+        if isinstance(system, list) and system and isinstance(system[-1], dict):
+            body["system"] = [*system[:-1], {**system[-1], "cache_control": _EPHEMERAL}]
+            return body
+    elif api == "openai-chat":
+        messages = body.get("messages")
+        first = messages[0] if isinstance(messages, list) and messages else None
+        if isinstance(first, dict) and first.get("role") in ("system", "developer"):
+            return body
+    else:
+        raise ValueError(f"cache_system_prompt: {api} has no system prompt to cache")
+    where = "a 'system' field" if api == "anthropic-messages" else "a first system message"
+    raise ValueError(f"cache_system_prompt: the payload has no system prompt ({where})")
 
 
 def get_endpoint(api: str) -> Endpoint:

@@ -96,11 +96,12 @@ class Coordinator:
     sweeper : Sweeper
         The engine the user made: its options, plans, payload, run id, metadata, save path and
         progress bar are the sweep's.
-    url : str
-        The target's base URL (the simulator's when none was given).
+    url : str or tuple of str
+        The target's base URL (the simulator's when none was given), or the primary and its
+        fallbacks.
     """
 
-    def __init__(self, sweeper: Sweeper, url: str) -> None:
+    def __init__(self, sweeper: Sweeper, url: str | tuple[str, ...]) -> None:
         self._sweeper = sweeper
         self._url = url
         self._meta: dict[str, Any] = sweeper._meta

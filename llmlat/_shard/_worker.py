@@ -101,6 +101,8 @@ class ShardWorker:
             ``host``, ``pid`` and ``node`` (the Ray node id, or None).
         """
         engine, payload, config = self._args
+        if config.client_rpm is not None:  # the sweep's client-side bucket, shared out evenly
+            config = config.replace(client_rpm=config.client_rpm / self._shards)
         with warnings.catch_warnings():  # the coordinator has warned about the options
             warnings.simplefilter("ignore")
             sweeper = self._sweeper = engine(payload, config)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from llmlat.config import GROUPS, OptionSpec, did_you_mean, option_specs
+from llmlat.config import AUTO, GROUPS, OptionSpec, did_you_mean, option_specs
 
 __all__ = [
     "EXIT_CODES",
@@ -39,6 +39,7 @@ EXIT_CODES = {
     1: "an unexpected error (a bug: please report it)",
     2: "bad usage: an invalid option or input, explained in one line",
     3: "no request of the sweep succeeded (connection refused, TLS, 401, ...): the last error",
+    4: "(report) written without a fitted model, so without a plan: the note says why",
     130: "interrupted (Ctrl-C); what was measured is printed and saved",
 }
 
@@ -256,6 +257,8 @@ def _levels(kind: type, name: str) -> Callable[[str], Any]:
     """Parse ``5``, or ``5,10,20`` (one value per level) into a number or a list of them."""
 
     def parse(text: str) -> Any:
+        if text.strip() == AUTO and name in ("concurrency", "rate"):
+            return AUTO  # an adaptive sweep (llmlat._adaptive)
         parts = [p.strip() for p in text.split(",") if p.strip()]
         try:
             values = [kind(p) for p in parts]

@@ -45,4 +45,4 @@ def _main(args: argparse.Namespace) -> int:
     for note in report.notes:
         print(f"note: {note}")
     print(f"report: {report.path}")
-    return 0
+    return 0 if report.fit is not None else 4  # EXIT_CODES: the page says why there is no fit

@@ -13,6 +13,10 @@ from llmlat._aggregate import Observed, latency_levels
 from llmlat._models import Model
 
 _LOG2PI = np.log(2 * np.pi)
+#: A batching level past the slot cap shows its queue when the wait grew by this share of its
+#: latency over the lightest level's (InferenceX at N = 512: 1%; a queue of a tenth of the slots
+#: waits about a tenth of the decode time).
+_QUEUE_SHARE = 0.1
 
 
 class _Likelihood(GenericLikelihoodModel):
@@ -84,6 +88,7 @@ class _Problem:
                 self.y, self.se = self.y * ratio, self.se * ratio
             self.se = np.concatenate([self.se, self.se_over])
         self.nobs = len(lv) if method == "wls" else sum(len(t) for t in obs.request_times)
+        self._init_itl(lv)
         self.nobs += len(self.x_over)
         if method == "ml":
             self.binned, self.weights = _bin_times(obs)
@@ -99,6 +104,54 @@ class _Problem:
             self.nobs += len(lv)
             if method == "wls":  # deviance residuals are standardised already
                 self.se = np.concatenate([self.se, np.ones(len(lv))])
+        if self.n_itl:  # the step times last, each block with its own scale
+            self.se = np.concatenate([self.se, self.itl_se])
+            self.blocks = np.r_[np.zeros(len(self.se) - self.n_itl, int), np.ones(self.n_itl, int)]
+            self._weight = np.ones(len(self.se))
+
+    def _init_itl(self, lv) -> None:
+        """Streamed batching levels: the decode step time (mean ITL) of each level.
+
+        The inter-token latency at a level is the step time of its mean batch, min(N, slots)
+        in a closed loop without think time: near-deterministic, so it pins t0, t1 and, at the
+        levels past the slot cap, the cap itself. Its residuals form their own block with their
+        own scale (the latency's approximation error is not the step times'), and each level's
+        error gets a floor of the block's median relative error: a level whose requests all saw
+        the same batch (N = 1) has a zero spread, yet the model of the mean batch is approximate.
+        """
+        self.n_itl = 0
+        self.itl_y = self.itl_se = np.empty(0)
+        self._weight = np.ones(1)
+        if self.model.family != "batch" or self.method != "wls" or "itl_s" not in lv:
+            return
+        y = lv["itl_s"].to_numpy(dtype=np.float64)
+        se = lv["se_itl_s"].to_numpy(dtype=np.float64)
+        if len(y) < 3 or not np.all(np.isfinite(y) & (y > 0)):
+            return
+        rel = se / y
+        spread = rel > 1e-9  # not a zero spread in floating point
+        floor = float(np.nanmedian(rel[spread])) if spread.any() else 1e-3
+        self.itl_y = y
+        self.itl_se = y * np.sqrt(np.where(np.isfinite(rel), rel, floor) ** 2 + floor**2)
+        self.n_itl = len(y)
+
+    def queue_shows(self, loads: np.ndarray) -> bool:
+        """Whether requests waited for a slot at any of these (streamed batching) levels.
+
+        A request's time is its wait plus its decode, output tokens times the step time (ITL);
+        below the cap the wait is the prefill and the join, as at the lightest level. A level
+        whose wait grew by more than :data:`_QUEUE_SHARE` of its latency held requests in a
+        queue for slots: its step time is that of a full batch, which pins the cap.
+        """
+        if not self.n_itl or not len(loads):
+            return False
+        lv = self.obs.levels
+        tokens = lv["tokens_mean"].to_numpy(dtype=np.float64)
+        tokens = np.where(np.isfinite(tokens), tokens, self.fixed["tokens"])
+        latency = lv["mean_s"].to_numpy(dtype=np.float64)
+        wait = latency - tokens * self.itl_y
+        grown = (wait - wait[0]) > _QUEUE_SHARE * latency
+        return bool(np.any(grown & np.isin(self.loads, loads)))
 
     def _block_llobs(self, p: dict) -> np.ndarray:
         """Per level: the binomial log-likelihood of its refusals (quasi: weighted by 1/vif).
@@ -166,6 +219,8 @@ class _Problem:
         pred = self.model.predict(p, self.loads, self.obs.kind, (self.stat,), think)
         r = (self.y - pred[f"{self.stat}_s"]) / self.se[: len(self.y)]
         r = np.concatenate([r, self._over_resid(p), self._block_resid(p)])
+        if self.n_itl:
+            r = np.concatenate([r, (self.itl_y - pred["itl_s"]) / self.itl_se])
         # finite but astronomically large predictions (a step-time exponent far out) would make
         # the numerical Jacobian overflow: a residual this large already says "far off"
         return np.clip(np.where(np.isfinite(r), r, 1e6), -1e6, 1e6)
@@ -179,10 +234,30 @@ class _Problem:
                 v += float(np.sum(self._over_llobs(p))) + float(np.sum(self._block_llobs(p)))
             else:
                 r = self._resid(theta, k)
-                s2 = max(float(np.mean(r**2)), 1e-16)
-                n = len(r)
-                v = float(-0.5 * n * (_LOG2PI + 1 + np.log(s2)) - np.sum(np.log(self.se)))
+                v = -float(np.sum(np.log(self.se)))
+                for part in self._split(r):
+                    s2 = max(float(np.mean(part**2)), 1e-16)
+                    v += float(-0.5 * len(part) * (_LOG2PI + 1 + np.log(s2)))
         return v if np.isfinite(v) else -1e300
+
+    def _split(self, r: np.ndarray) -> list[np.ndarray]:
+        """Residuals by block: one scale each (the step times have their own)."""
+        return [r[self.blocks == b] for b in (0, 1)] if self.n_itl else [r]
+
+    @property
+    def n_scales(self) -> int:
+        """Least-squares scales estimated (log scale, last in the statsmodels parameters)."""
+        return 2 if self.n_itl else 1
+
+    def llf_reported(self, theta: np.ndarray, k: int | None) -> float:
+        """Log-likelihood of the latency data alone, comparable with other models' (AIC)."""
+        full = self.llf_exact(theta, k)
+        if not self.n_itl:
+            return full
+        n = len(self.model.free)
+        r = self._resid(theta[:n], k)[self.blocks == 1]
+        s = np.exp(theta[-1]) * self.itl_se
+        return full - float(np.sum(-0.5 * _LOG2PI - np.log(s) - 0.5 * (r * self.itl_se / s) ** 2))
 
     def llobs_full(self, k: int | None):
         """Per-observation log-likelihood of all parameters (WLS: log scale last)."""
@@ -196,8 +271,10 @@ class _Problem:
             return ml
 
         def fn(th):
-            s = np.exp(th[-1]) * self.se
-            r = self._resid(th[:-1], k) * self.se
+            m = self.n_scales
+            scale = np.exp(th[-m:])[self.blocks] if self.n_itl else np.exp(th[-1])
+            s = scale * self.se
+            r = self._resid(th[:-m], k) * self.se
             return -0.5 * _LOG2PI - np.log(s) - 0.5 * (r / s) ** 2
 
         return fn
@@ -266,17 +343,31 @@ class _Problem:
         theta0 = np.clip(theta0, lower + 1e-6, upper - 1e-6)
         edge = False
         if self.method == "wls":  # the concentrated Gaussian likelihood only needs sum r^2
-            with np.errstate(all="ignore"):
-                res = optimize.least_squares(
-                    lambda th: self._resid(th, k),
-                    theta0,
-                    bounds=(lower, upper),
-                    method="trf",
-                    xtol=1e-10,
-                    ftol=1e-12,
-                    max_nfev=2000,
-                )
-            theta = res.x
+            # with a block of step times, each block weighted by its own scale: the fixed
+            # point of reweighting is the optimum of the concentrated likelihood
+            weight = self._weight  # the last optimum's: next to this one's on a profile
+            theta = theta0
+            for _ in range(4 if self.n_itl else 1):
+                with np.errstate(all="ignore"):
+                    res = optimize.least_squares(
+                        lambda th, w=weight: self._resid(th, k) * w,
+                        theta,
+                        bounds=(lower, upper),
+                        method="trf",
+                        xtol=1e-10,
+                        ftol=1e-12,
+                        max_nfev=2000,
+                    )
+                theta = res.x
+                if not self.n_itl:
+                    break
+                parts = self._split(self._resid(theta, k))
+                rms = [max(float(np.sqrt(np.mean(q**2))), 1e-12) for q in parts]
+                new = 1.0 / np.asarray(rms)[self.blocks]
+                settled = np.allclose(new, weight, rtol=0.05)
+                self._weight = weight = new
+                if settled:
+                    break
         elif len(theta0) == 1:
             a = max(theta0[0] - width, lo)
             b = max(theta0[0] + width, a + 1.0)
@@ -451,6 +542,7 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
     if k is not None:
         prof[k] = max(prof[k], llf)
     thetas = {j: v[0] for j, v in cache.items()} if k is not None else {}
+    llf = problem.llf_reported(theta_full, k)  # AIC compares models on the latency alone
     est = _Estimate(theta_full, k, llf, prof, problem.params(theta_full, k), cov, thetas)
     # the batch family's error model is its own (issue 10d): only the M/M/c family here
     mmc_wls = problem.method == "wls" and model.family == "mmc"
@@ -460,11 +552,12 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
 def _pearson(problem: _Problem, est: _Estimate) -> tuple[float, int]:
     """Least squares: the sum of squared standardised residuals and its degrees of freedom.
 
-    The Gaussian scale is concentrated out (``RSS / n``); p counts the integer too.
+    Residuals in units of their own errors (every block, whatever its fitted scale); p counts
+    the integer too.
     """
-    n = len(problem.se)
-    dof = n - len(est.theta) + 1 - (problem.model.integer is not None)
-    return float(np.exp(2 * est.theta[-1])) * n, dof
+    m = problem.model
+    r = problem._resid(est.theta[: len(m.free)], est.k)
+    return float(r @ r), len(r) - len(m.free) - (m.integer is not None)
 
 
 def _lack_of_fit_p(problem: _Problem, est: _Estimate) -> float:
@@ -490,7 +583,7 @@ def _lack_of_fit(problem: _Problem, est: _Estimate) -> _Estimate:
     rss, dof = _pearson(problem, est)
     if dof < 1:
         return est
-    s2 = rss / len(problem.se)
+    s2 = float(np.exp(2 * est.theta[-1]))  # the Gaussian scale the covariance carries
     phi = max(1.0, rss / dof)
     cov = est.cov.copy()
     cov[:-1, :-1] *= phi / s2
@@ -515,11 +608,13 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
     """Polish with statsmodels and take the covariance from its Hessian."""
     names = [f"log_{n}" for n in problem.model.free]
     start = theta
-    if problem.method == "wls":
-        r = problem._resid(theta, k)
-        start = np.append(theta, 0.5 * np.log(max(float(np.mean(r**2)), 1e-16)))
-        names.append("log_scale")
     nobs = problem.nobs
+    if problem.method == "wls":
+        parts = problem._split(problem._resid(theta, k))
+        scales = [0.5 * np.log(max(float(np.mean(r**2)), 1e-16)) for r in parts]
+        start = np.append(theta, scales)
+        names += ["log_scale", "log_scale_itl"][: len(scales)]
+        nobs += problem.n_itl
     if problem.method == "ml":
         nobs = len(problem.weights) + len(problem.x_over) + problem.blocked * len(problem.loads)
     mod = _Likelihood(problem.llobs_full(k), nobs, names)
@@ -538,17 +633,34 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
     outside = np.any((full[:n] < lower - 1e-9) | (full[:n] > upper + 1e-9))
     if not np.isfinite(res.llf) or res.llf < llf - 1e-6 or outside:
         full, cov = start, _inverse_curvature(mod, start)
-    if cov is None or not np.all(np.isfinite(np.diag(cov))):
+    at_bound = np.r_[
+        (full[:n] - lower < 1e-6) | (upper - full[:n] < 1e-6), np.zeros(len(full) - n, bool)
+    ]
+    if (cov is None or not np.all(np.isfinite(np.diag(cov)))) and at_bound.any():
+        # a parameter on its bound (e.g. join_steps at one whole step) has no curvature
+        # there: the others' covariance is taken with it held
+        cov = _inverse_curvature(mod, full, ~at_bound)
+    if cov is None or not np.all(np.isfinite(np.diag(cov))[~at_bound]):
         cov = np.full((len(full), len(full)), np.nan)
     return full, cov, problem.llf_exact(full, k)
 
 
-def _inverse_curvature(mod: _Likelihood, theta: np.ndarray) -> np.ndarray | None:
-    """Covariance from the numerical Hessian at ``theta``, or None when it is not definite."""
+def _inverse_curvature(
+    mod: _Likelihood, theta: np.ndarray, keep: np.ndarray | None = None
+) -> np.ndarray | None:
+    """Covariance from the numerical Hessian at ``theta``, or None when it is not definite.
+
+    With ``keep``, only those parameters (the others held fixed; their rows are NaN).
+    """
+    keep = np.ones(len(theta), bool) if keep is None else keep
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         try:
-            cov = np.linalg.inv(-np.asarray(mod.hessian(theta)))
+            sub = np.linalg.inv(-np.asarray(mod.hessian(theta))[np.ix_(keep, keep)])
         except np.linalg.LinAlgError:
             return None
-    return cov if np.all(np.diag(cov) > 0) else None
+    if not np.all(np.diag(sub) > 0):
+        return None
+    cov = np.full((len(theta), len(theta)), np.nan)
+    cov[np.ix_(keep, keep)] = sub
+    return cov

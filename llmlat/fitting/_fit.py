@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from llmlat._aggregate import Observed, observe
+from llmlat._aggregate import Observed, latency_levels, observe
 from llmlat._models import MODELS, Model
 from llmlat.fitting._estimate import _estimate, _lack_of_fit_p, _Problem
 from llmlat.fitting._results import FitResult
@@ -54,6 +54,10 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
             fixed["gamma"] = 1.0 if gamma is None else float(gamma)
+        if _streamed(obs):  # start from the step times
+            lv = latency_levels(obs).levels
+            cols = ("level", "itl_s", "se_itl_s")
+            fixed["itl_levels"] = tuple(lv[c].to_numpy(dtype=np.float64) for c in cols)
     if model.family == "mmc" and obs.system_k is not None:
         fixed["k_sys"] = obs.system_k
     if model.family == "mmc":
@@ -153,6 +157,30 @@ def _misfit(problem: _Problem, p: dict) -> list[str]:
     ]
 
 
+#: A batch fit whose step-time residuals exceed their errors this many times over (rms) warns.
+_STEP_MISFIT = 3.0
+
+
+def _step_misfit(problem: _Problem, est) -> list[str]:
+    """Return a warning note when the step times (ITL) miss the batch model beyond their errors.
+
+    Their block's fitted scale is the rms of their residuals in units of their errors: a
+    value far above 1 says the decode step times do not follow t0 + t1 * (batch a request
+    sees), so the slot cap rests on the latency alone and may be off.
+    """
+    if not problem.n_itl:
+        return []
+    scale = float(np.exp(est.theta[-1]))
+    if scale <= _STEP_MISFIT:
+        return []
+    return [
+        f"warning: the decode step times (inter-token latency) miss the batch model by "
+        f"{scale:.3g} times their errors (rms): t0_s, t1_s and slots rest mostly on the "
+        "latency, and the slot cap may be off; plot the mean ITL against the load to see "
+        "where the step time leaves the line"
+    ]
+
+
 def _light_cv(obs: Observed) -> tuple[float, float]:
     """Service-time CV at the lightest level and its sample size.
 
@@ -179,8 +207,8 @@ def _pick_model(name: str, obs: Observed, gamma) -> Model:
         raise ValueError(
             f"model: expected one of {', '.join(_MODEL_NAMES)} or 'auto', got {name!r}"
         )
-    if name == "batch":
-        return MODELS["batch_linear" if len(obs.levels) >= 6 else "batch_few"]
+    if name == "batch":  # the wait to join a batch shows in the step times, if streamed
+        return MODELS["batch_linear" if len(obs.levels) >= 6 or _streamed(obs) else "batch_few"]
     model = MODELS[name]
     if obs.kind not in model.kinds:
         hint = {"mgc": "use 'mmc' or 'closed' for a concurrency sweep", "closed": "use 'mmc'"}
@@ -204,6 +232,12 @@ def _dropped_text(obs: Observed) -> str:
     return f" (left out: {why}{hint}{', '.join(f'{v:g}' for v in add)})"
 
 
+def _streamed(obs: Observed) -> bool:
+    """Whether every level has its decode step time (mean ITL), which the batch fit uses."""
+    lv = latency_levels(obs).levels
+    return "itl_s" in lv and len(lv) >= 3 and bool(np.isfinite(lv["itl_s"]).all())
+
+
 def _check_levels(model: Model, obs: Observed, method: str) -> None:
     n = len(obs.levels)
     if n < 2:
@@ -214,6 +248,8 @@ def _check_levels(model: Model, obs: Observed, method: str) -> None:
         )
     if method == "wls":
         need = len(model.free) + 1 + (model.integer is not None)
+        if model.family == "batch" and _streamed(obs):  # a step time and a scale per level
+            need = max((len(model.free) + (model.integer is not None) + 2) // 2, 2)
         if n <= need:
             raise ValueError(
                 f"level: {n} levels cannot identify {need} parameters of {model.name!r} by "
@@ -258,6 +294,10 @@ def fit(
     model : {"auto", "mm1", "mmc", "mgc", "closed", "batch"}, default "auto"
         ``auto`` fits every applicable model by least squares, keeps the lowest AIC and refits
         it with the default method. ``closed`` is M/M/c with the think time estimated too.
+        ``batch`` on streamed requests (``itl_mean_s``, or ``itl_mean_s``/``itl_std_s`` in a
+        per-level table) also fits each level's mean inter-token latency, the decode step time
+        of its batch (min(N, slots) in a closed loop), with its own error scale: that pins t0,
+        t1 and, at a level whose requests waited for a slot, the slot cap.
     metric : {"latency", "ttft"}, default "latency"
         The time to model (``latency_s`` or ``ttft_s``).
     stat : {"mean", "p50", "p95"}, default "mean"
@@ -409,7 +449,9 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
         # can see: refit with the model's own variance inflation as the floor
         problem = _Problem(model, floor, meth, stat, fixed)
         est = _estimate(problem)
-    res = FitResult(problem, est, list(obs.notes) + notes + _misfit(problem, est.p))
+    res = FitResult(
+        problem, est, list(obs.notes) + notes + _misfit(problem, est.p) + _step_misfit(problem, est)
+    )
     if model.family != "batch" or len(obs.levels) < 7:
         return res
     if opts["gamma"] is not None:

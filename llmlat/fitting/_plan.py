@@ -141,7 +141,7 @@ class Plan:
     utilization_at_max_concurrency : float
         Throughput at ``max_concurrency`` over the capacity.
     limit_rate_rps : float
-        Rate allowed by the RPM/TPM limits (``inf`` if none given).
+        Rate allowed by the RPM/TPM limits and the budget (``inf`` if none given).
     limit_concurrency : int or None
         Largest concurrency whose throughput stays under ``limit_rate_rps``; None when no
         concurrency reaches it (the limit does not bind a closed loop).
@@ -152,8 +152,9 @@ class Plan:
     concurrency : int or None
         The recommended concurrency: the smallest of the concurrency bounds (None: no bound).
     binding : str
-        Which bound sets ``rate_rps``: ``"latency target"``, ``"rpm limit"``, ``"tpm limit"``
-        or ``"utilization cap"`` (``"none"`` when the target is infeasible).
+        Which bound sets ``rate_rps``: ``"latency target"``, ``"rpm limit"``, ``"tpm limit"``,
+        ``"budget"`` (``budget_usd_per_hour``) or ``"utilization cap"`` (``"none"`` when the
+        target is infeasible).
     capacity_rps : float
         The fitted capacity (point estimate).
     nearest_target_s : float
@@ -171,6 +172,9 @@ class Plan:
         views say "not identified".
     check : PlanCheck or None
         The confirmation sweep at the recommended load (:func:`llmlat.verify_plan`).
+    budget_rate_rps : float
+        Rate the spend budget allows, ``budget_usd_per_hour / 3600 / cost_per_request_usd``
+        (``inf`` without a budget); part of ``limit_rate_rps``.
     """
 
     target: str
@@ -192,6 +196,7 @@ class Plan:
     target_s: float = math.nan
     capacity_identified: bool = True
     check: PlanCheck | None = None
+    budget_rate_rps: float = math.inf
 
     def to_frame(self, text: bool = False) -> pd.DataFrame:
         """Return the plan as a one-column table.

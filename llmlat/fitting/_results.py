@@ -100,9 +100,10 @@ class FitResult:
         self.fixed = pd.Series(
             {k: v for k, v in est.p.items() if k in keep and k not in names}, dtype=np.float64
         )
-        self.scale = float(np.exp(est.theta[-1])) if pr.method == "wls" else np.nan
+        self.scale = float(np.exp(est.theta[nfree])) if pr.method == "wls" else np.nan
         self.llf, self.nobs = est.llf, pr.nobs
-        self.df_model = len(est.theta) + (m.integer is not None)
+        # llf is the latency's alone (the step times' scale is not in it)
+        self.df_model = len(est.theta) - (pr.n_scales - 1) + (m.integer is not None)
         self.aic = -2 * self.llf + 2 * self.df_model
         self.bic = -2 * self.llf + np.log(self.nobs) * self.df_model
         self.capacity_rps = m.capacity(est.p)
@@ -342,9 +343,11 @@ class FitResult:
         The integer is not identified when its profile stays flat up to the search bound (no
         saturation), or, in a closed loop, when fewer than two measured levels lie above its
         interval: a queue then builds at one level at most, and the integer just absorbs that
-        level's latency. A continuous parameter is not identified when it sits at the edge of
-        its search range, the likelihood has no curvature in it, or its 95% interval spans a
-        factor of more than :data:`_WIDEST`.
+        level's latency (for a batch fit with step times one such level is enough when its
+        requests clearly waited for a slot: its inter-token latency is then the step time of a
+        full batch, which pins the cap). A continuous parameter is not identified when it sits
+        at the edge of its search range, the likelihood has no curvature in it, or its 95%
+        interval spans a factor of more than :data:`_WIDEST`.
         """
         m, pr = self._model, self._problem
         out: dict[str, str] = {}
@@ -361,7 +364,7 @@ class FitResult:
                     f"saturation up to {top:g}); measure at {what} {2 * top:g} and {4 * top:g} "
                     "until throughput stops growing"
                 )
-            elif self.kind == "concurrency" and len(above) < 2:
+            elif self.kind == "concurrency" and len(above) < 2 and not pr.queue_shows(above):
                 shown = ", ".join(f"{x:g}" for x in above) or "none"
                 # levels left out above (429s) bound where more levels can be measured
                 ceiling = min((v for v in pr.all.dropped if v > top), default=2 * top)
@@ -520,6 +523,8 @@ class FitResult:
         tpm: float | None = None,
         tokens_per_request: float | None = None,
         max_utilization: float | None = None,
+        budget_usd_per_hour: float | None = None,
+        cost_per_request_usd: float | None = None,
     ) -> Plan:
         """Find the largest load that keeps a latency statistic under a target.
 
@@ -539,6 +544,12 @@ class FitResult:
             Tokens one request counts against ``tpm`` (default: mean prompt + completion).
         max_utilization : float, optional
             Keep the rate under this share of capacity, e.g. 0.7 ("lambda under 70% of c mu").
+        budget_usd_per_hour : float, optional
+            Spend limit: the rate stays under ``budget_usd_per_hour / 3600 /
+            cost_per_request_usd`` (binding: ``"budget"``).
+        cost_per_request_usd : float, optional
+            What one request costs, needed with the budget: e.g. the
+            ``cost_per_1k_requests_usd / 1000`` of ``result.summary(prices=...)``.
 
         Returns
         -------
@@ -551,9 +562,22 @@ class FitResult:
         targets = {k: float(v) for k, v in asked.items() if v is not None}
         if len(targets) > 1:
             raise ValueError(f"target: give one of p50/p95/p99/mean, got {sorted(targets)}")
-        if not targets and rpm is None and tpm is None and max_utilization is None:
-            raise ValueError("target: give p95=..., mean=..., rpm=..., tpm=... or max_utilization")
-        for name, v in {**targets, "rpm": rpm, "tpm": tpm}.items():
+        money = {
+            "budget_usd_per_hour": budget_usd_per_hour,
+            "cost_per_request_usd": cost_per_request_usd,
+        }
+        limits_given = (rpm, tpm, max_utilization, budget_usd_per_hour)
+        if not targets and all(v is None for v in limits_given):
+            raise ValueError(
+                "target: give p95=..., mean=..., rpm=..., tpm=..., max_utilization or "
+                "budget_usd_per_hour"
+            )
+        if budget_usd_per_hour is not None and cost_per_request_usd is None:
+            raise ValueError(
+                "cost_per_request_usd: needed with budget_usd_per_hour (e.g. "
+                "summary(prices=...).cost_per_1k_requests_usd / 1000)"
+            )
+        for name, v in {**targets, "rpm": rpm, "tpm": tpm, **money}.items():
             if v is not None and not v > 0:
                 raise ValueError(f"{name}: must be positive")
         if max_utilization is not None and not 0 < max_utilization <= 1:
@@ -574,6 +598,8 @@ class FitResult:
                         "tokens_per_request: needed with tpm (the data has no token counts)"
                     )
             limits["tpm limit"] = tpm / 60.0 / tok
+        if budget_usd_per_hour is not None and cost_per_request_usd is not None:
+            limits["budget"] = budget_usd_per_hour / 3600.0 / cost_per_request_usd
         limit = min(limits.values(), default=np.inf)
         ucap = cap_low * max_utilization if max_utilization is not None else np.inf
         target, notes = "", ["bounds on the conservative end of the 95% intervals"]
@@ -643,6 +669,7 @@ class FitResult:
             statistic=stat,
             target_s=value,
             capacity_identified=self.capacity_identified,
+            budget_rate_rps=float(limits.get("budget", np.inf)),
         )
 
     def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:

@@ -285,13 +285,18 @@ class SweepResult:
 
     # ------------------------------------------------------------ analysis
 
-    def summary(self, phase: str | None = "measure") -> pd.DataFrame:
+    def summary(self, phase: str | None = "measure", prices: Any = None) -> pd.DataFrame:
         """One row per level: counts, rates, throughput, latency/TTFT/ITL percentiles, checks.
 
         Parameters
         ----------
         phase : {"measure", "warmup"} or None, default "measure"
             Which rows to summarize; None takes warmup and measured rows together.
+        prices : llmlat.Prices or mapping, optional
+            Token prices in USD per million (``input``, ``output``, ``cache_read``,
+            ``cache_write``): adds ``cost_usd``, ``cost_per_1k_requests_usd``,
+            ``cost_per_hour_usd`` (at the level's measured throughput) and ``cost_unpriced``
+            (:mod:`llmlat.cost`).
 
         Returns
         -------
@@ -299,7 +304,7 @@ class SweepResult:
             See :func:`llmlat._summary.summarize` for every column and its definition
             (including the ``steady`` and ``client_bound`` rules).
         """
-        return summarize(self.requests, self.attempts, self.levels, phase=phase)
+        return summarize(self.requests, self.attempts, self.levels, phase=phase, prices=prices)
 
     def plot(self, kind: str = "latency", **kwargs: Any) -> Any:
         """Draw a figure of this sweep with ``llmlat.plot.<kind>(self, **kwargs)``.
@@ -323,10 +328,31 @@ class SweepResult:
             If ``llmlat.plot`` has no public function named ``kind``.
         """
         module = importlib.import_module("llmlat.plot")
-        names = getattr(module, "__all__", [])
+        tables = getattr(module, "TABLE_FIGURES", ())
+        names = [n for n in getattr(module, "__all__", []) if n not in tables]
         if kind not in names:
             raise ValueError(f"kind: unknown plot {kind!r}; expected one of {sorted(names)}")
         return getattr(module, kind)(self, **kwargs)
+
+    def compare(self, *others: SweepResult, confidence: float = 0.95) -> pd.DataFrame:
+        """Compare other sweeps with this one, level by level (this one is the baseline).
+
+        Parameters
+        ----------
+        *others : SweepResult
+            One or more sweeps of the same target.
+        confidence : float, default 0.95
+            Coverage of each difference interval.
+
+        Returns
+        -------
+        pandas.DataFrame
+            See :func:`llmlat.compare_runs`: per level, the differences of p50 and p95 latency,
+            throughput and 429 share, with intervals; levels in one run only say so.
+        """
+        from llmlat.comparison import compare_runs
+
+        return compare_runs([self, *others], confidence=confidence)
 
     # ------------------------------------------------------------ combining
 

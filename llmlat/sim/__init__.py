@@ -17,6 +17,11 @@ in front of a model of one provider replica (:class:`SimConfig` holds every opti
 - Limits as the providers apply them: a context window (``context_tokens``; longer requests get
   400 ``context_length_exceeded``), a body size limit (``max_body_bytes``; 413), JSON nested too
   deeply (400), and Anthropic requests without ``max_tokens`` (400, as the real API).
+- A prompt cache as the providers describe theirs (:mod:`llmlat.sim.cache`): Anthropic's
+  ``cache_control`` breakpoints and OpenAI's automatic prefixes, ``cache_min_tokens`` (1,024),
+  a ``cache_ttl_s`` life (5 minutes) refreshed on use; a hit is not prefilled again, and the
+  usage says ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` (Anthropic) or
+  ``prompt_tokens_details.cached_tokens`` (OpenAI).
 - Faults with seeded probabilities: 500/503, a connection dropped mid-stream, a malformed
   event, a stall of ``stall_s``.
 - Ground truth per request: arrival, admission or refusal, queue wait, service start, first and

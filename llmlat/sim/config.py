@@ -97,6 +97,12 @@ class SimConfig:
         derived from ``(seed, i)``, so the same options and seed give the same draws.
     model : str
         Model name listed by ``GET /v1/models`` and echoed in responses.
+    cache_min_tokens : int
+        Shortest cacheable prompt prefix (Anthropic: 1,024 tokens for Sonnet and Opus, 2,048
+        for Haiku; OpenAI: 1,024). Shorter prefixes are never cached (:mod:`llmlat.sim.cache`).
+    cache_ttl_s : float
+        Life of a cache entry after its last use (Anthropic's ephemeral cache: 5 minutes,
+        refreshed on each hit); 0 turns the prompt cache off.
     truth_limit : int or None
         Most truth rows kept, the oldest dropped first (about 400 bytes each), so a simulator
         left running does not grow without bound. ``None``: keep every row.
@@ -125,6 +131,8 @@ class SimConfig:
     stall_s: float = _opt(3600.0, "length of a stall, seconds")
     seed: int = _opt(0, "seed of every random draw")
     model: str = _opt("llmlat-sim", "model name served")
+    cache_min_tokens: int = _opt(1024, "shortest cacheable prompt prefix, tokens")
+    cache_ttl_s: float = _opt(300.0, "prompt cache entry life after last use, s (0: no cache)")
     truth_limit: int | None = _opt(200_000, "most truth rows kept, oldest dropped (none: all)")
 
     def __post_init__(self) -> None:
@@ -241,6 +249,7 @@ _POSITIVE = {
     "prefill_chunk_tokens",
     "context_tokens",
     "max_body_bytes",
+    "cache_min_tokens",
 }
 
 

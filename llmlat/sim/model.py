@@ -18,13 +18,14 @@ import itertools
 import math
 import random
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import astuple, dataclass
 from operator import attrgetter
 
 import numpy as np
 import pandas as pd
 
+from llmlat.sim.cache import Prefix, PrefixCache
 from llmlat.sim.config import SimConfig
 
 __all__ = [
@@ -72,6 +73,7 @@ TRUTH_COLUMNS: dict[str, str] = {
     "queue_wait_s": "float64",
     "prompt_tokens": "Int64",
     "cached_tokens": "Int64",
+    "cache_creation_tokens": "Int64",
     "completion_tokens": "Int64",
     "retry_after_s": "float64",
 }
@@ -103,6 +105,7 @@ class TruthRow:
     queue_wait_s: float = _NAN
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None
     completion_tokens: int | None = None
     retry_after_s: float = _NAN
 
@@ -469,7 +472,7 @@ class Replica:
         self.tpm = TokenBucket(config.tpm, now) if config.tpm else None
         self.engine = (_BatchEngine if config.mode == "batch" else _MMcEngine)(config, self.loop)
         self.stalls: set[asyncio.TimerHandle] = set()
-        self._cache: OrderedDict[int, None] = OrderedDict()
+        self.cache = PrefixCache(config.cache_min_tokens, config.cache_ttl_s)
         probs = (config.p_500, config.p_503, config.p_drop, config.p_malformed, config.p_stall)
         self._fault_cdf = list(np.cumsum(probs)) if any(probs) else None
         self._random_length = config.output_dist != "fixed"
@@ -499,19 +502,25 @@ class Replica:
         self,
         row: TruthRow,
         prompt_tokens: int,
-        cached_tokens: int,
         max_tokens: int | None,
+        prefixes: list[Prefix] | None = None,
     ) -> Sequence | Refusal:
         """Apply the buckets and the queue limit; draw length, service time and fault.
+
+        An admitted request then looks its prompt up in the prefix cache (a refused one never
+        reaches it): the tokens read are not prefilled, and ``row.cached_tokens`` /
+        ``row.cache_creation_tokens`` say what it read and wrote.
 
         Parameters
         ----------
         row : TruthRow
             From :meth:`arrive`.
-        prompt_tokens, cached_tokens : int
-            Prompt size and how much of it the prefix cache holds.
+        prompt_tokens : int
+            Prompt size.
         max_tokens : int or None
             The request's output length, or None to draw one.
+        prefixes : list of Prefix, optional
+            Its cacheable prefixes, shortest first (:mod:`llmlat.sim.cache`).
 
         Returns
         -------
@@ -525,7 +534,6 @@ class Replica:
         drawn = self._draw_length(rng) if rng and self._random_length else cfg.output_tokens
         n = max_tokens if max_tokens is not None else drawn
         row.prompt_tokens = prompt_tokens
-        row.cached_tokens = cached_tokens
         now = self.loop.time()
         refusal = self._check_buckets(now, prompt_tokens + n)
         limit = cfg.queue_limit
@@ -549,7 +557,14 @@ class Replica:
                     fault = name
                     break
         row.outcome = fault
-        return Sequence(self.loop, row, n, prompt_tokens - cached_tokens, fault, service_s)
+        prefixes = prefixes if cfg.cache_ttl_s else None
+        use = self.cache.lookup(row.api, prefixes, now) if prefixes else None
+        row.cached_tokens = use.read_tokens if use else 0
+        row.cache_creation_tokens = use.write_tokens if use else 0
+        seq = Sequence(self.loop, row, n, prompt_tokens - row.cached_tokens, fault, service_s)
+        if prefixes and use and use.writes:
+            self.cache.wrote(use, seq, prefixes, now)
+        return seq
 
     def _draw_length(self, rng: random.Random) -> int:
         m = self.config.output_tokens
@@ -606,28 +621,6 @@ class Replica:
                 headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, int(bucket.level)))
                 headers[f"x-ratelimit-reset-{kind}"] = format_duration(bucket.reset_s())
         return headers
-
-    # -- prefix cache ----------------------------------------------------------------------
-    def cache_lookup(self, key: int) -> bool:
-        """Return whether a prompt prefix was seen before, and remember it.
-
-        Parameters
-        ----------
-        key : int
-            A hash of the prefix.
-
-        Returns
-        -------
-        bool
-            True on a hit.
-        """
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return True
-        self._cache[key] = None
-        if len(self._cache) > 10_000:
-            self._cache.popitem(last=False)
-        return False
 
     # -- service ---------------------------------------------------------------------------
     def serve(self, seq: Sequence) -> None:

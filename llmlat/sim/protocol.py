@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from llmlat.sim.cache import Prefix
 
 __all__ = [
     "API_PATHS",
@@ -87,10 +89,9 @@ class Parsed:
         Requested output length.
     prompt_tokens : int
         Input size in tokens.
-    cache_key : int or None
-        Hash of the cacheable prompt prefix, if any.
-    cache_tokens : int
-        Tokens of that prefix.
+    prefixes : list of Prefix
+        The cacheable prompt prefixes, shortest first (:mod:`llmlat.sim.cache`): Anthropic's
+        ``cache_control`` blocks, OpenAI's message boundaries.
     """
 
     model: str
@@ -98,8 +99,7 @@ class Parsed:
     include_usage: bool
     max_tokens: int | None
     prompt_tokens: int
-    cache_key: int | None = None
-    cache_tokens: int = 0
+    prefixes: list[Prefix] = field(default_factory=list)
 
 
 def count_tokens(text: str) -> int:
@@ -153,6 +153,9 @@ def _messages(body: dict) -> list[dict]:
         if "content" not in msg:
             raise BadRequest(f"'messages[{i}].content' is required", "messages")
     return messages
+
+
+_MAX_CACHE_MARKS = 4
 
 
 def _has_cache_mark(block: Any) -> bool:
@@ -215,13 +218,9 @@ def parse_request(
             _content_text(m["content"], f"messages[{i}].content") for i, m in enumerate(messages)
         ]
         parsed.prompt_tokens = max(1, sum(map(count_tokens, texts)))
-        # automatic prefix caching: the leading system / developer messages
-        lead = 0
-        while lead < len(messages) and messages[lead]["role"] in ("system", "developer"):
-            lead += 1
-        if lead:
-            parsed.cache_key = hash(("openai", *texts[:lead]))
-            parsed.cache_tokens = sum(map(count_tokens, texts[:lead]))
+        # automatic prefix caching: every message boundary is a prefix
+        roles = [m["role"] for m in messages]
+        parsed.prefixes = _prefixes("openai", texts, range(len(texts)), roles)
     elif api == "openai-completions":
         prompt = body.get("prompt")
         if prompt is None:
@@ -231,6 +230,7 @@ def parse_request(
         if not isinstance(prompt, str):
             raise BadRequest("'prompt' must be a string or an array of strings", "prompt")
         parsed.prompt_tokens = max(1, count_tokens(prompt))
+        parsed.prefixes = _prefixes("openai", [prompt], [0])
     else:
         _parse_anthropic(body, parsed)
     if context_tokens is not None:
@@ -279,20 +279,39 @@ def _parse_anthropic(body: dict, parsed: Parsed) -> None:
             blocks.extend(content)
         else:
             raise BadRequest("'content' must be a string or a list of content blocks", "messages")
-    texts, mark = [], -1
+    texts: list[str] = []
+    marks: list[int] = []
     for i, block in enumerate(blocks):
         if isinstance(block, str):
             texts.append(block)
         elif isinstance(block, dict) and isinstance(block.get("text", ""), str):
             texts.append(block.get("text", ""))
             if _has_cache_mark(block):
-                mark = i
+                marks.append(i)
         else:
             raise BadRequest("content blocks must be objects with a string 'text'", "messages")
+    if len(marks) > _MAX_CACHE_MARKS:  # the real API's rule and words
+        raise BadRequest(
+            f"A maximum of {_MAX_CACHE_MARKS} blocks with cache_control may be provided. "
+            f"Found {len(marks)}.",
+            "messages",
+        )
     parsed.prompt_tokens = max(1, sum(map(count_tokens, texts)))
-    if mark >= 0:
-        parsed.cache_key = hash(("anthropic", *texts[: mark + 1]))
-        parsed.cache_tokens = sum(map(count_tokens, texts[: mark + 1]))
+    parsed.prefixes = _prefixes("anthropic", texts, marks)
+
+
+def _prefixes(
+    family: str, texts: list[str], ends: Any, roles: list[str] | None = None
+) -> list[Prefix]:
+    """Return the prefixes ending at blocks ``ends`` (ascending), keyed by all before."""
+    out, key, tokens, start = [], hash(family), 0, 0
+    for end in ends:
+        for i in range(start, end + 1):
+            key = hash((key, roles[i] if roles else "", texts[i]))
+            tokens += count_tokens(texts[i])
+        start = end + 1
+        out.append(Prefix(key, tokens))
+    return out
 
 
 def error_body(

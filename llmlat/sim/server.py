@@ -79,13 +79,7 @@ class _Api:
             response = _json_response(self.api, 400, str(exc), exc.param, code=exc.code)
             return self._finish(row, "invalid", response)
         row.stream = parsed.stream
-        cached = creating = 0
-        if parsed.cache_key is not None:
-            if replica.cache_lookup(parsed.cache_key):
-                cached = parsed.cache_tokens
-            else:
-                creating = parsed.cache_tokens if self.api == "anthropic-messages" else 0
-        admitted = replica.admit(row, parsed.prompt_tokens, cached, parsed.max_tokens)
+        admitted = replica.admit(row, parsed.prompt_tokens, parsed.max_tokens, parsed.prefixes)
         headers = replica.limit_headers()
         headers["x-request-id"] = f"req_llmlat{row.request_id}"
         if isinstance(admitted, Refusal):
@@ -100,8 +94,8 @@ class _Api:
         usage = {
             "prompt_tokens": parsed.prompt_tokens,
             "completion_tokens": seq.n_tokens,
-            "cached_tokens": cached,
-            "cache_creation_tokens": creating,
+            "cached_tokens": row.cached_tokens or 0,
+            "cache_creation_tokens": row.cache_creation_tokens or 0,
         }
         fmt = Formatter(
             self.api,

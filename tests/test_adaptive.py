@@ -1,0 +1,185 @@
+"""Adaptive sweeps (``concurrency="auto"`` / ``rate="auto"``, llmlat._adaptive).
+
+The search's decisions are checked on exact simulations of whole levels (llmlat._synth: c FCFS
+servers, seeded), where the knee is known: N* = c for c exponential servers fed by clients
+without think time, and the capacity c mu for an open loop. The engine's side (levels run one
+at a time, the record in meta and the saved sidecar, the fit) against the HTTP simulator.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import llmlat
+from llmlat._adaptive import AdaptiveSearch, level_outcome
+from llmlat._synth import mgc_sweep
+from llmlat.cli.options import add_config_options, options_from_args
+from llmlat.config import SweepConfig
+
+
+def _search(config: SweepConfig, level_rows) -> tuple[AdaptiveSearch, list[float]]:
+    search = AdaptiveSearch(config)
+    run = [plan.value for plan in search.plans(lambda v: (level_rows(v), None), lambda: 0.0)]
+    return search, run
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_closed_loop_knee_is_the_number_of_servers(seed):
+    c = 8
+    search, run = _search(
+        SweepConfig(concurrency="auto", seed=seed),
+        lambda n: mgc_sweep("concurrency", [n], mu=1.0, c=c, seed=seed, length=0.6),
+    )
+    # x2 until throughput is clearly flat past 8 (one level more when the intervals are wide)
+    assert search.growth[:5] == [1, 2, 4, 8, 16] and len(search.growth) <= 6
+    assert search.stopped_by == "throughput" and search.knee_reached
+    assert abs(search.knee - c) < 0.15 * c
+    # placed around the knee, on both sides, none where a level already ran
+    assert search.placed and min(search.placed) < c < max(search.placed)
+    assert set(search.placed).isdisjoint(search.growth)
+    assert run == search.values == [*search.growth, *search.placed]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_open_loop_knee_is_the_capacity(seed):
+    c, mu = 4, 1.0
+    search, _ = _search(
+        SweepConfig(rate="auto", start_rate=0.05, seed=seed),
+        lambda lam: mgc_sweep("rate", [lam], mu=mu, c=c, seed=seed, length=0.3),
+    )
+    assert search.stopped_by == "capacity"  # the last level served clearly less than offered
+    assert search.growth[-1] > c * mu
+    assert abs(search.knee - c * mu) < 0.12 * c * mu
+    # below the capacity only: a level past it never settles
+    assert search.placed and max(search.placed) < c * mu
+    # from 0.05 requests in flight, the first jump goes straight to a load where one server
+    # would be half busy: 0.5 / W_1 = 0.5/s
+    assert 0.35 < search.growth[1] < 0.7
+
+
+def test_budgets_stop_growth_and_bound_placement():
+    c = 4
+    search, _ = _search(
+        SweepConfig(concurrency="auto", max_p95_s=2.5, max_requests=1500),
+        lambda n: mgc_sweep("concurrency", [n], mu=1.0, c=c, seed=2, length=0.5),
+    )
+    breaker = search.growth[-1]
+    assert search.stopped_by == "p95_budget" and not search.knee_reached
+    assert all(v < breaker for v in search.placed)
+    assert sum(o.sent for o in search.outcomes) <= 1500
+    meta = search.meta()["adaptive"]
+    assert meta["limits"]["max_p95_s"] == 2.5 and "p95" in meta["stop_detail"]
+    # a queue cap's refusals spend the 429 budget
+    search, _ = _search(
+        SweepConfig(rate="auto", start_rate=0.5, max_429_rate=0.02),
+        lambda lam: mgc_sweep("rate", [lam], mu=1.0, c=c, queue_cap=2, seed=1, length=0.3),
+    )
+    assert search.stopped_by == "429_budget"
+    assert all(v < search.growth[-1] for v in search.placed)
+
+
+def test_a_limit_below_the_knee_gives_a_lower_bound():
+    search, run = _search(
+        SweepConfig(concurrency="auto", max_concurrency=3),
+        lambda n: mgc_sweep("concurrency", [n], mu=1.0, c=8, seed=1, length=0.5),
+    )
+    assert search.growth == [1, 2, 3] and search.stopped_by == "limit"
+    assert not search.knee_reached and max(run) == 3
+    assert "at least" in search.summary_line([])
+
+
+def test_time_budget_counts_what_a_level_would_take():
+    # one client served at ~1/s: 100 requests at two clients would take ~50 s, past 30 s
+    search, run = _search(
+        SweepConfig(concurrency="auto", max_time_s=30),
+        lambda n: mgc_sweep("concurrency", [n], mu=1.0, c=4, seed=0),
+    )
+    assert run == [1] and search.stopped_by == "max_time_s"
+
+
+def test_429s_retried_count_against_the_budget():
+    requests = mgc_sweep("rate", [2.0], mu=1.0, c=4, seed=0, length=0.1)  # all answered
+    refused = requests.iloc[::4][["level", "request_id"]].assign(attempt=1, status=429)
+    assert level_outcome(requests, None, 2.0).rate_limited == 0.0
+    outcome = level_outcome(requests, refused, 2.0)  # a quarter were refused once, then served
+    assert outcome.rate_limited == pytest.approx(len(refused) / len(requests))
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"concurrency": "many"}, "concurrency"),
+        ({"concurrency": 4, "max_concurrency": 8}, "max_concurrency"),
+        ({"concurrency": "auto", "max_rate": 8}, "max_rate"),
+        ({"concurrency": "auto", "requests": [10, 20]}, "requests"),
+        ({"concurrency": "auto", "workers": 2}, "concurrency"),
+        ({"rate": "auto", "start_rate": 4, "max_rate": 2}, "start_rate"),
+        ({"rate": "auto", "max_429_rate": 1.5}, "max_429_rate"),
+    ],
+)
+def test_bad_auto_options_name_the_field(options, field):
+    with pytest.raises(ValueError, match=rf"^{field}: "):
+        SweepConfig(**options)
+
+
+def test_auto_on_the_command_line_and_in_config():
+    import argparse
+
+    from llmlat._ipython import LLMSweep
+
+    parser = argparse.ArgumentParser()
+    add_config_options(parser)
+    args = parser.parse_args(["--concurrency", "auto", "--max-concurrency", "16"])
+    assert SweepConfig(**options_from_args(args)).auto() == "concurrency"
+    defaults = LLMSweep()
+    defaults.rate = "auto"  # %config LLMSweep.rate = "auto"
+    assert defaults.rate == "auto"
+
+
+def test_auto_sweep_against_the_simulator(tmp_path):
+    # the engine's side: levels chosen one at a time, all in the data, recorded and saved, and
+    # fitted like any sweep (the knee's accuracy is checked on the exact sweeps above: here
+    # short levels on a busy machine give wide intervals)
+    out = tmp_path / "auto.parquet"
+    result = llmlat.sweep(
+        concurrency="auto",
+        max_concurrency=4,
+        simulator={"mode": "mmc", "slots": 2, "mu": 100.0, "seed": 4},
+        requests=60,
+        save=out,
+        progress=False,
+    )
+    meta = result.meta["adaptive"]
+    levels = sorted(result.requests["level"].unique())
+    assert sorted(result.meta["levels"]) == levels  # every level the search chose is in the data
+    assert meta["growth_levels"] == [1, 2, 4][: len(meta["growth_levels"])]
+    assert meta["stopped_by"] in ("throughput", "limit")
+    assert meta["knee_reached"] == (meta["stopped_by"] == "throughput")
+    assert meta["limits"]["max_concurrency"] == 4 and max(levels) <= 4
+    assert set(meta["placed_levels"]) | set(meta["growth_levels"]) == set(levels)
+    assert 0.8 < meta["knee"] < 4  # 2 servers
+    assert llmlat.read(out).meta["adaptive"] == meta
+    fit = llmlat.fit(result, model="mmc")  # an ordinary sweep to the fitting code
+    assert 1 <= fit.params["c"] <= 4
+
+
+def test_auto_rate_against_the_simulator():
+    # capacity 2 x 100 = 200/s; 0.4 s a level; the request budget cuts the placement short
+    result = llmlat.sweep(
+        rate="auto",
+        start_rate=40,
+        duration_s=0.4,
+        max_requests=300,
+        simulator={"mode": "mmc", "slots": 2, "mu": 100.0, "seed": 2},
+        progress=False,
+    )
+    meta = result.meta["adaptive"]
+    assert result.level_kind == "rate"
+    assert meta["growth_levels"][:3] == [40, 80, 160]
+    # past capacity at 320/s (or, on a busy machine, at the request budget before it)
+    assert meta["stopped_by"] in ("capacity", "max_requests")
+    assert 100 < meta["knee"] < 300
+    assert all(v < meta["knee"] for v in meta["placed_levels"])
+    assert set(meta["skipped_levels"].values()) == {"max_requests 300 would be passed"}
+    assert len(result.requests) <= 300
+    assert sorted(result.meta["levels"]) == sorted(result.requests["level"].unique())

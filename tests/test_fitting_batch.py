@@ -1,0 +1,103 @@
+"""The batch fit on streamed data: step times (ITL) identify t0, t1 and the slot cap.
+
+Also the overload rule for open levels just past capacity. Pure functions on seeded synthetic
+sweeps (``llmlat._synth``), no HTTP: each test takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from llmlat import fit
+from llmlat._aggregate import observe
+from llmlat._synth import batch_closed_requests, mgc_sweep
+
+T0, T1 = 0.02, 0.002
+
+
+def _sweep(levels, slots, n=150, seed=1, join_steps=1):
+    parts = [
+        batch_closed_requests(
+            [v], slots, T0, T1, 40, n=n, seed=seed * 1000 + v, warmup=0, join_steps=join_steps
+        )
+        for v in levels
+    ]
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_synthetic_itl_is_the_step_time_of_the_batch():
+    exact = _sweep([1, 4, 16], 8, n=60, join_steps=0)
+    itl = exact.groupby("level")["itl_mean_s"]
+    # every request decodes in a batch of min(N, slots): its ITL is that step time
+    assert itl.min().to_numpy() == pytest.approx(T0 + T1 * np.array([1, 4, 8]), rel=1e-9)
+    assert itl.max().to_numpy() == pytest.approx(T0 + T1 * np.array([1, 4, 8]), rel=1e-9)
+    assert (exact["ttft_s"] >= T0 + T1 - 1e-12).all()
+    assert np.allclose(exact["t_first_token"] - exact["t_sent"], exact["ttft_s"])
+    # the simulator's timing: a client's next request misses the step starting as it is sent,
+    # so below the cap the batch is N less those waiting to join; alone, no wait at all
+    late = _sweep([1, 4, 16], 8, n=60, join_steps=1).groupby("level")["itl_mean_s"].mean()
+    assert late[1.0] == pytest.approx(T0 + T1, rel=1e-9)
+    assert T0 + T1 * 3 < late[4.0] < T0 + T1 * 4
+    assert late[16.0] == pytest.approx(T0 + T1 * 8, rel=1e-9)
+    lv = observe(exact).levels
+    assert lv["itl_s"].to_numpy() == pytest.approx(T0 + T1 * np.array([1, 4, 8]), rel=1e-9)
+
+
+def test_one_level_past_the_cap_identifies_it_from_the_step_times():
+    data = _sweep([1, 2, 4, 8, 16], 8)
+    res = fit(data, model="batch")
+    ci = res.conf_int()
+    assert res.params["slots"] == 8 and res.capacity_identified
+    assert (ci.loc["slots", "lower"], ci.loc["slots", "upper"]) == (8, 8)
+    for name, truth in (("t0_s", T0), ("t1_s", T1)):
+        assert res.params[name] == pytest.approx(truth, rel=0.01)
+        assert ci.loc[name, "lower"] < ci.loc[name, "upper"]
+    assert res._problem.n_itl == 5  # the step times were used
+    assert not any("step times" in n for n in res.notes)
+    # step times off the batch model by 1% either way, level by level: said, not hidden
+    wobble = 1 + 0.01 * (-1.0) ** np.log2(data["level"].to_numpy())
+    bent = fit(data.assign(itl_mean_s=data["itl_mean_s"] * wobble), model="batch")
+    assert any(n.startswith("warning: the decode step times") for n in bent.notes)
+    # the same sweep without streaming: latency alone, one level past the cap is not enough
+    plain = fit(data.drop(columns=["itl_mean_s"]), model="batch")
+    assert plain._problem.n_itl == 0 and not plain.capacity_identified
+
+
+def test_slot_cap_not_identified_when_no_level_reaches_it():
+    res = fit(_sweep([1, 2, 4, 8, 12], 32), model="batch")
+    assert not res.capacity_identified
+    assert "slots >= " in res.unidentified["slots"]
+    ci = res.conf_int()
+    assert ci.loc["slots", "upper"] == np.inf and ci.loc["slots", "lower"] <= 12
+    assert res.params["t1_s"] == pytest.approx(T1, rel=0.02)  # the step times still speak
+
+
+def test_itl_from_a_per_level_table():
+    table = pd.DataFrame(
+        {
+            "level": [1, 2, 4],
+            "level_kind": "concurrency",
+            "n": 100,
+            "latency_mean_s": [0.9, 1.0, 1.1],
+            "itl_mean_s": [0.022, 0.024, 0.028],
+            "itl_std_s": [0.001, 0.001, 0.002],
+        }
+    )
+    lv = observe(table).levels
+    assert lv["itl_s"].tolist() == [0.022, 0.024, 0.028]
+    assert lv["se_itl_s"].to_numpy() == pytest.approx([1e-4, 1e-4, 2e-4])
+
+
+def test_open_level_just_past_capacity_is_overloaded_though_served_as_offered():
+    # c = 4 servers of rate 2 (capacity 8/s), short levels: at 9.2/s offered the queue grows
+    # for 12 s only, and this seed serves more than its realised arrival rate (the pattern of
+    # the public llm-d run at 1.34 and 1.5 req/s); the levels far past capacity measure it
+    data = mgc_sweep("rate", [4.8, 9.2, 12.8, 20.0], 2.0, 4, seed=0, length=0.1)
+    lv = observe(data, max_refused=0.05).levels.set_index("level")
+    # issue10c: with the steady window starting at the last transient send this seed serves
+    # 8.7/s of its realised 10.6/s (no seed of 0-39 serves more than offered any longer: that
+    # reading came from a late, short window); the level must still be called overloaded
+    assert lv.loc[9.2, "throughput_rps"] < lv.loc[9.2, "offered_rps"]
+    assert lv["overloaded"].tolist() == [False, True, True, True]
