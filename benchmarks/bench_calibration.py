@@ -12,7 +12,8 @@ which has latency only). Each seed is fitted with the station's model
 - ``err_<p>``: median relative error of each continuous parameter (mu; t0_s, t1_s)
 - ``cover``: share of 95% intervals (all continuous parameters) that hold the truth
 - ``auto``: share of ``model="auto"`` fits that pick the right family, or say the candidates
-  are indistinguishable
+  are indistinguishable (``FitResult.indistinguishable`` names a model of the other family);
+  ``unsure``: share that say so
 - ``break``: share of plans whose recommended load breaks the target under the true model
   (exact M/M/c quantiles for CV 1; the M/G/c approximations of ``llmlat.queueing`` otherwise);
   the target is the true p95 at 70% of capacity
@@ -124,6 +125,10 @@ QUICK = (
 )
 
 
+def _family(model: str) -> str:
+    return "batch" if model == "batch" else ("mmc" if model in _MMC_FAMILY else "")
+
+
 def _true_p95(cell: Cell, load: float, kind: str) -> float:
     n = np.array([int(load)])
     if cell.queue_cap is not None:  # admitted requests behind the cap: M/M/c/K
@@ -181,9 +186,11 @@ def run_seed(cell: Cell, seed: int) -> dict:
     row["cover"] = float(np.mean(covers))
     try:
         auto = llmlat.fit(data)
-        fam = "batch" if auto.model == "batch" else ("mmc" if auto.model in _MMC_FAMILY else "")
-        unsure = any("indistinguishable" in n for n in auto.notes)
+        fam = _family(auto.model)
+        # unsure of the family: mmc against mgc (the same family) is no doubt about it
+        unsure = any(_family(m) != fam for m in auto.indistinguishable)
         row["auto"] = float(fam == cell.family or unsure)
+        row["unsure"] = float(unsure)
     except ValueError:
         row["auto"] = 0.0
     brk = _plan_breaks(cell, res)
@@ -207,7 +214,7 @@ def run_cell(cell: Cell, seeds: int, pool: ProcessPoolExecutor) -> dict[str, flo
 
 
 def _print(row: dict) -> None:
-    keys = ["c_exact", "c_cover", "cover", "auto", "break", "failed"]
+    keys = ["c_exact", "c_cover", "cover", "auto", "unsure", "break", "failed"]
     errs = [k for k in row if k.startswith("err_")]
     parts = [f"{row['cell']:26s} n={row['n']:<3d}"]
     parts += [f"{k}={row[k]:.2f}" for k in keys if k in row]

@@ -52,16 +52,32 @@ def bench_fits(rows: int) -> None:
 
 
 def bench_typical() -> None:
-    """A typical %llmfit sweep: 10 closed levels at llmlat's default lengths (targets 1 s, 3 s)."""
-    data = mgc_sweep("concurrency", [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], MU, 16, seed=3)
-    base, _ = timed(lambda: summarize(data))
-    for model, target in (("mmc", 1.0), ("auto", 3.0)):
-        secs, res = timed(lambda m=model: llmlat.fit(data, model=m))
-        print(
-            f"  {model:5s} {len(data):>6,d} rows, 10 levels  {secs:6.2f} s (target <= {target:g} s;"
-            f" {secs / base:.0f}x the summary's {base * 1e3:.0f} ms)  -> {res.model} "
-            f"c={res.params.get('c', float('nan')):g}"
-        )
+    """Typical %llmfit sweeps at llmlat's default lengths (targets 1 s, 3 s): 10 closed levels,
+    and 5 open rates behind a queue cap (M/M/c/K, c = 16, 32 waiting places)."""
+    sweeps = [
+        ("closed", mgc_sweep("concurrency", [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], MU, 16, seed=3)),
+        (
+            "opencap",
+            mgc_sweep(
+                "rate",
+                [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)],
+                MU,
+                16,
+                queue_cap=32,
+                seed=5,
+            ),
+        ),
+    ]
+    for name, data in sweeps:
+        base, _ = timed(lambda d=data: summarize(d))
+        levels = data["level"].nunique()
+        for model, target in (("mmc", 1.0), ("auto", 3.0)):
+            secs, res = timed(lambda m=model, d=data: llmlat.fit(d, model=m))
+            print(
+                f"  {name:7s} {model:5s} {len(data):>6,d} rows, {levels} levels  {secs:6.2f} s "
+                f"(target <= {target:g} s; {secs / base:.0f}x the summary's {base * 1e3:.0f} ms)"
+                f"  -> {res.model} c={res.params.get('c', float('nan')):g}"
+            )
 
 
 def bench_erlang() -> None:
@@ -82,6 +98,7 @@ def main() -> None:
     warm = mmc_closed_requests(CLOSED_LEVELS, MU, C, n=200, seed=0)
     for model in ("mm1", "mmc", "closed", "batch"):
         llmlat.fit(warm, model=model)
+    llmlat.fit(mgc_sweep("rate", [1.0, 2.0, 3.0], MU, 2, queue_cap=4, seed=1), model="mmc")
     print("typical sweep")
     bench_typical()
     for rows in args.rows:

@@ -44,20 +44,22 @@ def _mmck_mix(lam: float, mu: float, c: int, k: int, tol: float = 1e-10):
     return keep.astype(np.float64), w[keep] / w[keep].sum()
 
 
-def _mmck_wait(lam: float, p: dict) -> tuple[float, float]:
-    """Behind a queue cap: the probability that an admitted request waits, and its mean wait.
+def _mmck_wait(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Behind a queue cap: per arrival rate, the probability that an admitted request waits
+    and its mean wait.
 
     With the M/M/c/K states: a request that finds j departures to wait for waits j - 1 whole
     service spells of c servers and the residual of the first, ``(1 + cv^2) / 2`` of a spell
     for a service law of CV cv (exact for exponential service). Near a full buffer the whole
     spells dominate, which scaling the whole wait by Allen-Cunneen's factor would not respect.
     """
-    mu, c = p["mu"], p["c"]
-    m, w = _mmck_mix(lam, mu, c, p["k_sys"])
-    spell = 1.0 / (c * mu)
+    mu, c, k = p["mu"], p["c"], p["k_sys"]
+    states = q._mmck_states(np.atleast_1d(np.asarray(lam, dtype=np.float64)), mu, c, k)[:, :-1]
+    admitted = states / states.sum(axis=1, keepdims=True)  # PASTA, refused arrivals out
+    m = np.maximum(np.arange(k) - c + 1, 0).astype(np.float64)
     residual = (1.0 + p.get("cv_s", 1.0) ** 2) / 2.0
-    waits = m > 0
-    return float(w[waits].sum()), float(w[waits] @ ((m[waits] - 1.0 + residual) * spell))
+    spells = np.where(m > 0, m - 1.0 + residual, 0.0) / (c * mu)
+    return admitted[:, m > 0].sum(axis=1), admitted @ spells
 
 
 def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
@@ -75,7 +77,7 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
             cdf = lambda t, m=m, w=w: q.hypoexp_cdf(t[..., None], m, mu, c) @ w  # noqa: E731
             out[i] = q.invert_cdf(cdf, prob, 1.0 / mu + float(w @ m) / (c * mu))
             continue
-        pw, wq = _mmck_wait(lam, p)
+        pw, wq = (float(v[0]) for v in _mmck_wait(lam, p))
         theta = np.array(pw / wq if wq > 0 else 1.0)
         out[i] = q._service_plus_wait_quantile(np.array(prob), mu, p["cv_s"], np.array(pw), theta)
     return out
@@ -190,7 +192,7 @@ class Model:
             itl = p["t0_s"] + p["t1_s"] * (busy if kind == "rate" else seen) ** p["gamma"]
             service = p["tokens"] * (p["t0_s"] + p["t1_s"] * busy ** p["gamma"])
         elif kind == "rate" and "k_sys" in p:  # a queue cap: M/M/c/K states
-            mean = np.array([_mmck_wait(lam, p)[1] for lam in loads]) + 1.0 / p["mu"]
+            mean = _mmck_wait(loads, p)[1] + 1.0 / p["mu"]
         elif kind == "rate":
             c, mu = p["c"], p["mu"]
             cv2 = p.get("cv_s", 1.0) ** 2  # Allen-Cunneen with the measured service CV
@@ -233,7 +235,7 @@ class Model:
     @staticmethod
     def blocking(p: dict, loads: np.ndarray) -> np.ndarray:
         """Share of arrivals refused by a queue cap at each open-loop rate (M/M/c/K)."""
-        return q.mmck(loads, p["mu"], p["c"], p["k_sys"])["p_block"].to_numpy()
+        return q._mmck_states(np.atleast_1d(loads), p["mu"], p["c"], p["k_sys"])[:, -1]
 
     def _quantile(self, p: dict, loads: np.ndarray, kind: str, prob: float) -> np.ndarray:
         if kind == "rate" and "k_sys" in p:

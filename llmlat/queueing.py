@@ -808,6 +808,36 @@ def hypoexp_logpdf(t: np.ndarray, m: np.ndarray, mu: float, c: int) -> np.ndarra
     return np.log(mu) - mu * t + np.where(m > 0, tail, 0.0)
 
 
+def _log_waited_mix(x: np.ndarray, waited: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """``log sum_j exp(coef_j) P(j, x)`` over the components ``waited`` (>= 1, ascending).
+
+    ``P(j, x) = P(top + 1, x) + sum_{i=j}^{top} x^i e^-x / i!``: every term at once, summed
+    from the top down in linear space, each time scaled by its largest term (so one
+    exponential per term, not a log-sum per component). A time where the components that
+    carry weight all underflow (tiny x, every weight at a deep queue) is redone in log space.
+    """
+    top = int(waited[-1])
+    i = np.arange(top, 0, -1, dtype=np.float64)  # top .. 1
+    out = np.empty(x.shape)
+    step = max(1, 4_000_000 // top)  # a long level behind a deep cap stays in memory
+    for a in range(0, len(x), step):
+        xs = x[a : a + step]
+        log_t = np.empty((len(xs), top + 1))
+        log_t[:, 0] = _log_gammainc(np.full(xs.shape, top + 1.0), xs)
+        log_t[:, 1:] = np.log(xs)[:, None] * i - xs[:, None] - special.gammaln(i + 1.0)
+        shift = log_t.max(axis=1, keepdims=True)
+        cum = np.cumsum(np.exp(log_t - shift), axis=1)  # column top + 1 - j holds P(j, x)
+        cmax = float(coef.max())
+        with np.errstate(divide="ignore"):
+            res = np.log(cum[:, top + 1 - waited] @ np.exp(coef - cmax)) + cmax + shift[:, 0]
+        bad = ~np.isfinite(res)
+        if bad.any():
+            log_p = np.logaddexp.accumulate(log_t[bad], axis=1)[:, top + 1 - waited]
+            res[bad] = special.logsumexp(log_p + coef, axis=1)
+        out[a : a + step] = res
+    return out
+
+
 def hypoexp_mix_logpdf(
     t: np.ndarray, m: np.ndarray, w: np.ndarray, mu: float, c: int
 ) -> np.ndarray:
@@ -847,14 +877,8 @@ def hypoexp_mix_logpdf(
             acc = np.logaddexp(acc, lw + comp)
         return acc
     x = (c - 1) * mu * t
-    log_x = np.log(x)
-    log_r = np.log(c / (c - 1.0))
     if top >= 1:
-        log_p = _log_gammainc(np.full(x.shape, top + 1.0), x)
-        for j in range(top, 0, -1):
-            log_p = np.logaddexp(log_p, j * log_x - x - special.gammaln(j + 1.0))
-            if j in logw:
-                acc = np.logaddexp(acc, logw[j] + j * log_r + log_p)
+        acc = _log_waited_mix(x, m[m > 0], np.log(w[m > 0]) + m[m > 0] * np.log(c / (c - 1.0)))
     if 0 in logw:
         acc = np.logaddexp(acc, logw[0])
     return np.log(mu) - mu * t + acc

@@ -13,14 +13,20 @@ Definitions (per level of one sweep):
   searched over the first half), only when the part cut is faster on average than the rest (a
   queue that starts empty starts fast; cutting an early burst of slow requests biases low),
   on the answered rows' latencies; every row sent before the first kept one is transient, its
-  refusals too (a capped queue refuses nothing until it has filled).
+  refusals too (a capped queue refuses nothing until it has filled). Behind a queue cap, when
+  the latencies before a level's first 429 keep growing, the queue was filling: every row
+  sent before that refusal is transient, however long the fill.
   Measured rows in the transient are marked ``"transient"`` by :func:`phases`; they stay in the
   data, count in ``n`` and the error rates, and are left out of every latency statistic and of
   the fits.
 - **Steady window** (:func:`steady_window`): from the later of the level's first completion and
   the end of its transient, to its last send (after which the level drains with fewer requests
-  in flight). **Throughput** is the ok completions ending inside it (rows of every phase: a
-  warmup request still keeps the server busy) over its length. When the window holds fewer than
+  in flight). The transient ends when its last row has ended (a closed loop's first round,
+  sent at once) or, where its sends spread past the first completion (an open loop), at its
+  last send: an overloaded open level's transient rows end long after that, and waiting for
+  them left a short, late window whose rate ran 10-15% low at c = 64. **Throughput** is the
+  ok completions ending inside it (rows of every phase: a warmup request still keeps the
+  server busy) over its length. When the window holds fewer than
   :data:`MIN_WINDOW_SHARE` of the level's ok completions (a level too short to have a steady part,
   e.g. 40 requests at 40 clients) it is ok completions over the level's whole span, which fill and
   drain bias low, and the level's ``steady`` check fails.
@@ -218,6 +224,7 @@ def transient_mask(
     end: np.ndarray,
     latency: np.ndarray,
     measured: np.ndarray,
+    refused: np.ndarray | None = None,
 ) -> np.ndarray:
     """Measured rows of one level that belong to its start-up transient.
 
@@ -232,6 +239,8 @@ def transient_mask(
         that say nothing of the queue (refused, failed).
     measured : numpy.ndarray
         Boolean: the row is not a warmup row.
+    refused : numpy.ndarray, optional
+        Boolean: the row was refused with 429 (open loop: the queue's fill, see below).
 
     Returns
     -------
@@ -257,7 +266,32 @@ def transient_mask(
             # every row sent before the first kept one (refusals too: a capped queue refuses
             # nothing until it has filled)
             cut = np.isfinite(start) & (start < start[idx[d]])
+        cut |= _fill(start, latency, measured, refused)
     return cut & measured
+
+
+def _fill(
+    start: np.ndarray, latency: np.ndarray, measured: np.ndarray, refused: np.ndarray | None
+) -> np.ndarray:
+    """Open loop behind a queue cap: the rows sent while the queue filled from empty.
+
+    Past its capacity a capped queue grows until it holds K, refuses its first request and
+    hovers there: the rows before that first refusal are all start-up, however many (a
+    128-deep queue at 120% load fills over ~770 arrivals, more than MSER's half). The cut is
+    made only where the answered latencies before the first refusal keep growing
+    (:func:`grows`): a stable level that refuses now and then has no such fill.
+    """
+    out = np.zeros(len(start), bool)
+    if refused is None:
+        return out
+    hit = refused & measured & np.isfinite(start)
+    if not hit.any():
+        return out
+    first = float(start[hit].min())
+    before = np.flatnonzero(measured & np.isfinite(latency) & (start < first))
+    if grows(latency[before[np.argsort(start[before], kind="stable")]]):
+        out = np.isfinite(start) & (start < first)
+    return out
 
 
 def phases(requests: pd.DataFrame) -> np.ndarray:
@@ -284,13 +318,22 @@ def phases(requests: pd.DataFrame) -> np.ndarray:
     start, end = row_times(requests)
     # answered rows only: a refusal's latency says nothing of the queue's state
     latency = np.where(ok_mask(requests), column(requests, "latency_s"), np.nan)
+    refused = None
+    if "error_kind" in requests.columns:
+        refused = requests["error_kind"].eq("rate_limited").fillna(False).to_numpy(bool)
     keys = [k for k in ("run_id", "level_kind", "level") if k in requests.columns]
     for key, idx in requests.groupby(keys, sort=False, dropna=False).indices.items():
         values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         kind = values.get("level_kind")
         kind = kind if isinstance(kind, str) else None
         cut = transient_mask(
-            kind, float(values["level"]), start[idx], end[idx], latency[idx], ~warm[idx]
+            kind,
+            float(values["level"]),
+            start[idx],
+            end[idx],
+            latency[idx],
+            ~warm[idx],
+            None if refused is None else refused[idx],
         )
         out[idx[cut]] = "transient"
     return out
@@ -315,7 +358,15 @@ def steady_window(start: np.ndarray, end: np.ndarray, transient: np.ndarray) -> 
     if not done.any():
         return math.nan, math.nan
     a = float(end[done].min())
-    if (transient & done).any():
+    cut = transient & np.isfinite(start)
+    if cut.any() and float(start[cut].max()) > a:
+        # sends of the transient spread past the first completion (an open loop): the steady
+        # state starts with the first kept send; the transient rows still queued then leave at
+        # the steady rate (past capacity they end long after it, and waiting for them would
+        # leave a short window late in the level)
+        a = float(start[cut].max())
+    elif (transient & done).any():
+        # a closed loop's first round, sent at once: steady once all of it has ended
         a = max(a, float(end[transient & done].max()))
     return a, float(start[done].max())
 

@@ -96,5 +96,8 @@ def test_open_level_just_past_capacity_is_overloaded_though_served_as_offered():
     # the public llm-d run at 1.34 and 1.5 req/s); the levels far past capacity measure it
     data = mgc_sweep("rate", [4.8, 9.2, 12.8, 20.0], 2.0, 4, seed=0, length=0.1)
     lv = observe(data, max_refused=0.05).levels.set_index("level")
-    assert lv.loc[9.2, "throughput_rps"] >= lv.loc[9.2, "offered_rps"]
+    # issue10c: with the steady window starting at the last transient send this seed serves
+    # 8.7/s of its realised 10.6/s (no seed of 0-39 serves more than offered any longer: that
+    # reading came from a late, short window); the level must still be called overloaded
+    assert lv.loc[9.2, "throughput_rps"] < lv.loc[9.2, "offered_rps"]
     assert lv["overloaded"].tolist() == [False, True, True, True]

@@ -303,3 +303,19 @@ def test_mgc_quantiles_against_an_event_simulation(cv, rates):
     for p in (0.5, 0.95, 0.99):
         model = q.mgc_response_quantile(p, np.asarray(rates), 2.0, 4, cv)
         assert model == pytest.approx(measured[p].to_numpy(), rel=0.06), p
+
+
+@pytest.mark.parametrize(("lam", "c", "k"), [(30.0, 16, 48), (5.0, 4, 12), (150.0, 64, 192)])
+def test_hypoexp_mixture_is_the_weighted_sum_of_its_components(lam, c, k):
+    # the one-pass sum over every component against each component's own log density
+    from llmlat._models import _mmck_mix
+
+    m, w = _mmck_mix(lam, 2.0, c, k)
+    t = np.concatenate([np.random.default_rng(4).exponential(2.0, 300), [1e-6, 1e-3, 60.0]])
+    parts = [
+        np.log(wj) + q.hypoexp_logpdf(t, np.array(mj), 2.0, c) for mj, wj in zip(m, w, strict=True)
+    ]
+    ref = np.logaddexp.reduce(np.array(parts), axis=0)
+    got = q.hypoexp_mix_logpdf(t, m, w, 2.0, c)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)

@@ -40,6 +40,10 @@ class _Estimate:
     cov: np.ndarray
     #: integer -> best continuous parameters there (log scale), where profiled
     thetas: dict[int, np.ndarray] = field(default_factory=dict)
+    #: least squares: residual degrees of freedom (t quantiles) and the quasi-likelihood
+    #: scale phi >= 1 the covariance carries; None and 1 for maximum likelihood
+    dof: int | None = None
+    phi: float = 1.0
 
 
 class _Problem:
@@ -186,6 +190,25 @@ class _Problem:
     def _over_llobs(self, p: dict) -> np.ndarray:
         r = self._over_resid(p)
         return -0.5 * _LOG2PI - np.log(self.se_over) - 0.5 * r**2
+
+    def profile_drop(self, best_llf: float) -> float:
+        """How far below its best the profile over the integer is traced (log-likelihood).
+
+        3 for the likelihood-ratio set; for least squares on the M/M/c family, the drop at
+        which the F set of :func:`_lack_of_fit` ends at 99% (a fit far tighter than the
+        means' errors keeps phi = 1, and its set reaches further than 3).
+        """
+        if self.method != "wls" or self.model.family != "mmc":
+            return 3.0
+        n = len(self.se)
+        dof = n - len(self.model.free) - (self.model.integer is not None)
+        if dof < 1:
+            return 3.0
+        log_s2 = -2 * (best_llf + float(np.sum(np.log(self.se)))) / n - _LOG2PI - 1
+        rss = n * float(np.exp(log_s2))
+        phi = max(1.0, rss / dof)
+        f = float(stats.f.ppf(0.99, 1, dof))
+        return float(np.clip(0.5 * n * np.log1p(f * phi / max(rss, 1e-12)), 3.0, 40.0))
 
     def params(self, theta: np.ndarray, k: int | None) -> dict:
         return self.model.params(theta[: len(self.model.free)], k, self.fixed)
@@ -444,7 +467,7 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
     # the edges of {k: llf(k) >= best - 3}, by bisection (the profile is unimodal), for the
     # interval on the integer
     best = max(cache, key=lambda k: cache[k][1])
-    cut = cache[best][1] - 3.0
+    cut = cache[best][1] - problem.profile_drop(cache[best][1])
     for edge in (lo, hi):
         inside, outside = best, edge
         if ev(edge) >= cut:
@@ -520,7 +543,51 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
         prof[k] = max(prof[k], llf)
     thetas = {j: v[0] for j, v in cache.items()} if k is not None else {}
     llf = problem.llf_reported(theta_full, k)  # AIC compares models on the latency alone
-    return _Estimate(theta_full, k, llf, prof, problem.params(theta_full, k), cov, thetas)
+    est = _Estimate(theta_full, k, llf, prof, problem.params(theta_full, k), cov, thetas)
+    # the batch family's error model is its own (issue 10d): only the M/M/c family here
+    mmc_wls = problem.method == "wls" and model.family == "mmc"
+    return _lack_of_fit(problem, est) if mmc_wls else est
+
+
+def _pearson(problem: _Problem, est: _Estimate) -> tuple[float, int]:
+    """Least squares: the sum of squared standardised residuals and its degrees of freedom.
+
+    Residuals in units of their own errors (every block, whatever its fitted scale); p counts
+    the integer too.
+    """
+    m = problem.model
+    r = problem._resid(est.theta[: len(m.free)], est.k)
+    return float(r @ r), len(r) - len(m.free) - (m.integer is not None)
+
+
+def _lack_of_fit_p(problem: _Problem, est: _Estimate) -> float:
+    """Least squares: the chi-square p-value of the residuals against the means' own errors.
+
+    Small: the model misses the level means by more than their sampling errors. NaN when no
+    degree of freedom is left to test it.
+    """
+    rss, dof = _pearson(problem, est)
+    return float(stats.chi2.sf(rss, dof)) if dof >= 1 else np.nan
+
+
+def _lack_of_fit(problem: _Problem, est: _Estimate) -> _Estimate:
+    """Least squares: carry the model's own error in the covariance (a quasi-likelihood).
+
+    The level means have tiny sampling errors where service is near-constant, and the
+    approximate station (closed M/G/c, Allen-Cunneen) misses them by more than that; the
+    Gaussian likelihood's scale, ``RSS / n``, would still read as if the model were exact
+    with n - p of its n residuals free. The Pearson scale ``phi = RSS / (n - p)`` (p counts the
+    integer too), never below 1 (the means' own errors stay), scales the covariance, and the
+    intervals take t quantiles on n - p degrees of freedom (McCullagh & Nelder, 1989, 9.2).
+    """
+    rss, dof = _pearson(problem, est)
+    if dof < 1:
+        return est
+    s2 = float(np.exp(2 * est.theta[-1]))  # the Gaussian scale the covariance carries
+    phi = max(1.0, rss / dof)
+    cov = est.cov.copy()
+    cov[:-1, :-1] *= phi / s2
+    return replace(est, cov=cov, dof=dof, phi=phi)
 
 
 def _check_saturation(model: Model, obs: Observed, cache: dict, hi: int) -> None:

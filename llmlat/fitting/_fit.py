@@ -10,7 +10,7 @@ import pandas as pd
 
 from llmlat._aggregate import Observed, latency_levels, observe
 from llmlat._models import MODELS, Model
-from llmlat.fitting._estimate import _estimate, _Problem
+from llmlat.fitting._estimate import _estimate, _lack_of_fit_p, _Problem
 from llmlat.fitting._results import FitResult
 
 #: Default of ``max_refused``: levels with a larger share of 429s or retries are not fitted.
@@ -109,6 +109,10 @@ def _open_vif(obs: Observed, p: dict) -> Observed | None:
     levels["vif"] = new
     return replace(obs, levels=levels)
 
+
+#: ``auto``: a model of another family whose lack-of-fit p-value is at least this is not
+#: rejected by the data, and the choice is reported as indistinguishable from it.
+_REJECT = 0.05
 
 #: A fit whose level means miss by more than this chi-square quantile says no model fits.
 _MISFIT_LEVEL = 0.999
@@ -395,13 +399,33 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
     same = _method(fits[best]._model, obs, method, stat) == "wls"
     res = fits[best] if same else _fit_obs(obs, best, stat, method, opts)
     close = [str(m) for m in ok.index[1:] if ok.loc[m, "delta_aic"] < 2]
+    # another family that misses no level mean by more than its errors is as good an account
+    # of the data as the best one, whatever the AIC says (on near-constant service, c servers
+    # and a batch of c slots draw the same curve of means)
+    family = fits[best]._model.family
+    fits_too = [
+        str(m)
+        for m in ok.index[1:]
+        if fits[m]._model.family != family
+        and m not in close
+        and not _lack_of_fit_p(fits[m]._problem, fits[m]._est) < _REJECT
+    ]
+    res.indistinguishable = close + fits_too
+    if fits_too:
+        res.notes.append(
+            f"model chosen by AIC among {', '.join(ok.index)}, but {', '.join(fits_too)} also "
+            f"fits every level mean within its errors (lack-of-fit p >= {_REJECT:g}): "
+            "indistinguishable on these data; stream the responses (the inter-token time "
+            "grows with the batch under batching, not with c servers) or measure more levels "
+            "below the knee to tell them apart"
+        )
     if close:
         res.notes.append(
             f"model chosen by AIC among {', '.join(ok.index)}, but {', '.join(close)} fit "
             "these data about as well (AIC within 2): indistinguishable here; measure more "
             "levels around the knee to tell them apart"
         )
-    else:
+    if not res.indistinguishable:
         res.notes.append(f"model chosen by AIC among {', '.join(ok.index)}")
     if why:
         res.notes.append(f"batching not considered: {'; '.join(why)}")

@@ -70,6 +70,10 @@ class FitResult:
         or for the integer only the lower end the data support.
     notes : list of str
         Caveats found while fitting (including every ``unidentified`` message).
+    indistinguishable : list of str
+        ``model="auto"`` only: the other models the data cannot tell from this one (AIC
+        within 2, or of another family and fitting every level mean within its errors);
+        :meth:`summary` shows them. Empty when the choice is clear (or the model was given).
     data : SweepResult or pandas.DataFrame
         The data passed to :func:`fit` (a reference, not a copy), for :meth:`plot`.
     """
@@ -78,6 +82,7 @@ class FitResult:
     _est: _Estimate = field(repr=False)
     notes: list[str] = field(default_factory=list)
     data: object = field(default=None, repr=False)
+    indistinguishable: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         pr, est = self._problem, self._est
@@ -107,12 +112,11 @@ class FitResult:
         self._lower_bound = False
         if m.integer:
             hi = m.int_range(pr.obs)[1]
-            prof = self.profile
-            cut = prof.max() - stats.chi2.ppf(0.95, 1) / 2
-            self._lower_bound = bool(hi in prof.index and prof[hi] >= cut)
+            self._lower_bound = bool(hi in self._integer_set(0.05))
         self.unidentified: dict[str, str] = {}  # read by the raw intervals computed first
         self.unidentified = self._identification()
         self.notes.extend(self.unidentified.values())
+        self.notes.extend(self._integer_spread())
         self.levels = self._levels_table()
 
     # -- per-level view -------------------------------------------------------------------
@@ -240,7 +244,7 @@ class FitResult:
 
     def _wald(self, alpha: float) -> dict[str, tuple[float, float]]:
         """Compute the asymptotic intervals of :meth:`conf_int`, before identification."""
-        z = stats.norm.ppf(1 - alpha / 2)
+        z = self._quantile(1 - alpha / 2)
         m = self._model
         nfree = len(m.free)
         th = self._est.theta[:nfree]
@@ -264,15 +268,74 @@ class FitResult:
                 )
         return rows
 
-    def _integer_interval(self, alpha: float, raw: bool = False) -> tuple[float, float]:
-        """Return the integer's profile-likelihood set; unbounded above when not identified."""
+    def _quantile(self, prob: float) -> float:
+        """Return the normal quantile, or t on the least-squares residual degrees of freedom."""
+        dof = self._est.dof
+        return float(stats.norm.ppf(prob) if dof is None else stats.t.ppf(prob, dof))
+
+    def _integer_set(self, alpha: float) -> pd.Index:
+        """Integers inside the ``1 - alpha`` profile set.
+
+        Maximum likelihood: the likelihood-ratio (chi-square) cut. Least squares: an F test
+        on the increase of the residual sum of squares in units of the quasi-likelihood scale
+        (the concentrated likelihood gives RSS_k / RSS_best = exp(2 (llf_best - llf_k) / n)),
+        so the integer's interval carries the model's error as the continuous ones do.
+        """
         prof = self.profile
-        cut = prof.max() - stats.chi2.ppf(1 - alpha, 1) / 2
-        inside = prof.index[prof >= cut]
+        est = self._est
+        if est.dof is None:
+            return prof.index[prof >= prof.max() - stats.chi2.ppf(1 - alpha, 1) / 2]
+        n = len(self._problem.se)
+        rss_best = float(np.exp(2 * est.theta[-1])) * n
+        extra = rss_best * np.expm1(2 * (prof.max() - prof.to_numpy()) / n)
+        return prof.index[extra / est.phi <= stats.f.ppf(1 - alpha, 1, est.dof)]
+
+    def _integer_interval(self, alpha: float, raw: bool = False) -> tuple[float, float]:
+        """Return the integer's profile set's range; unbounded above when not identified."""
+        inside = self._integer_set(alpha)
         lo, hi = float(inside.min()), float(inside.max())
         if self._lower_bound or (not raw and self._model.integer in self.unidentified):
             hi = np.inf
         return lo, hi
+
+    def _integer_spread(self) -> list[str]:
+        """Return a note when the integer is identified but its 95% set spans several values.
+
+        Its value is then one of those the data allow, not the truth (five open levels of
+        1,000 arrivals pin c = 64 to about +-4): say so, and what would pin it. The capacity
+        c mu is what an overloaded open level's throughput measures, with a relative error of
+        1 / sqrt(its completions); telling c from c + 1 needs about 1 / (2c) of it, so the
+        requests needed grow as the square of the interval's width.
+        """
+        m = self._model
+        if m.family != "mmc" or not m.integer or m.integer in self.unidentified:
+            return []
+        a, b = self._integer_interval(0.05)
+        if b - a < 2:
+            return []
+        lv = self._problem.all.levels
+        grow = (b - a) ** 2
+        if self.kind == "rate" and "overloaded" in lv and lv["overloaded"].any():
+            top = lv[lv["overloaded"].to_numpy(bool)].iloc[-1]
+            how = (
+                f"measure the overloaded level {top['level']:g} for about "
+                f"{grow * top['n']:,.0f} requests (its throughput measures the capacity) and "
+                "the lightest level about as long (the service time)"
+            )
+        elif self.kind == "rate":
+            how = (
+                f"add a level past capacity (e.g. {1.2 * self.capacity_rps:.3g} req/s, whose "
+                "throughput measures it) with a few thousand requests"
+            )
+        else:
+            how = (
+                f"measure the levels between {a / 2:g} and {2 * b:g} about {grow:g} times as "
+                "long (their waits and throughput pin the knee)"
+            )
+        return [
+            f"c = {self.params[m.integer]:g} is one of {a:g}..{b:g} (95% set): these levels "
+            f"do not pin it to one value; to pin it, {how}"
+        ]
 
     def _identification(self) -> dict[str, str]:
         """Parameters the data do not pin down: name -> why, and what to measure next.
@@ -678,7 +741,7 @@ class FitResult:
         nfree = len(m.free)
         se = np.sqrt(np.diag(est.cov))[:nfree]
         se = np.where(np.isfinite(se), se, 0.0)
-        z = stats.norm.ppf(confidence)
+        z = self._quantile(confidence)
         slower = np.array([-1.0 if name == "mu" else 1.0 for name in m.free])
         slower[[i for i, n in enumerate(m.free) if n == "think_s"]] = 0.0
         lo, hi = self._problem._bounds(est.k, len(est.theta))
@@ -784,6 +847,8 @@ class FitResult:
             "BIC:": f"{self.bic:.4g}",
             "Capacity (req/s):": self._capacity_text(),
         }
+        if self.indistinguishable:
+            info["Model choice:"] = f"indistinguishable from {', '.join(self.indistinguishable)}"
         for k, v in self.fixed.items():
             info[f"{k} (fixed):"] = f"{v:.4g}"
         table = self._param_table(alpha)
