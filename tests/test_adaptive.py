@@ -49,7 +49,9 @@ def test_open_loop_knee_is_the_capacity(seed):
     )
     assert search.stopped_by == "capacity"  # the last level served clearly less than offered
     assert search.growth[-1] > c * mu
-    assert abs(search.knee - c * mu) < 0.12 * c * mu
+    # one short overloaded level measures capacity to about +-12% (seeds 0-7: 3.45 to 4.31)
+    assert abs(search.knee - c * mu) < 0.2 * c * mu
+    assert search.base < c * mu  # the lower bound the levels are placed under
     # below the capacity only: a level past it never settles
     assert search.placed and max(search.placed) < c * mu
     # from 0.05 requests in flight, the first jump goes straight to a load where one server
