@@ -19,8 +19,10 @@ from llmlat.fitting._plan import Plan, _min_or_none
 _WIDEST = 100.0
 
 #: Step times (ITL) whose residuals exceed their errors this many times over (rms) miss the batch
-#: model: the slot cap then rests on the latency alone and is not presented as identified.
-_STEP_MISFIT = 3.0
+#: model: the slot cap then rests on the latency alone and is not presented as identified. The
+#: synthetic batch sweeps reach 4 (128 slots, 1 seed in 10; mostly under 1.3), the simulator
+#: behind HTTP at levels 1..60 17 to 19.
+_STEP_MISFIT = 6.0
 
 #: What to measure to pin down a parameter the data leave open.
 _NEXT = {
