@@ -153,6 +153,27 @@ class _Problem:
         grown = (wait - wait[0]) > _QUEUE_SHARE * latency
         return bool(np.any(grown & np.isin(self.loads, loads)))
 
+    def step_floor(self, p: dict) -> int:
+        """Smallest slot cap the step times (ITL) allow, whatever the latency says.
+
+        The step time grows with the batch a request sees: a level whose next one decodes
+        clearly slower (by 3 errors and 1%) had a batch short of the cap, so the cap exceeds
+        that batch, read off its step time with the fitted ``t0 + t1 * batch^gamma`` (below
+        the cap the batch is N less those waiting to join, so N itself would overstate it).
+        1 when no level shows that (or no step times were measured).
+        """
+        if not self.n_itl:
+            return 1
+        order = np.argsort(self.loads)
+        y, se, n = self.itl_y[order], self.itl_se[order], self.loads[order]
+        rise = np.diff(y)
+        clear = np.flatnonzero((rise > 3 * np.hypot(se[:-1], se[1:])) & (rise > 0.01 * y[:-1]))
+        if not len(clear):
+            return 1
+        i = clear[-1]
+        batch = max((y[i] - p["t0_s"]) / p["t1_s"], 0.0) ** (1.0 / p.get("gamma", 1.0))
+        return int(min(np.floor(batch), n[i])) + 1
+
     def _block_llobs(self, p: dict) -> np.ndarray:
         """Per level: the binomial log-likelihood of its refusals (quasi: weighted by 1/vif).
 

@@ -157,30 +157,6 @@ def _misfit(problem: _Problem, p: dict) -> list[str]:
     ]
 
 
-#: A batch fit whose step-time residuals exceed their errors this many times over (rms) warns.
-_STEP_MISFIT = 3.0
-
-
-def _step_misfit(problem: _Problem, est) -> list[str]:
-    """Return a warning note when the step times (ITL) miss the batch model beyond their errors.
-
-    Their block's fitted scale is the rms of their residuals in units of their errors: a
-    value far above 1 says the decode step times do not follow t0 + t1 * (batch a request
-    sees), so the slot cap rests on the latency alone and may be off.
-    """
-    if not problem.n_itl:
-        return []
-    scale = float(np.exp(est.theta[-1]))
-    if scale <= _STEP_MISFIT:
-        return []
-    return [
-        f"warning: the decode step times (inter-token latency) miss the batch model by "
-        f"{scale:.3g} times their errors (rms): t0_s, t1_s and slots rest mostly on the "
-        "latency, and the slot cap may be off; plot the mean ITL against the load to see "
-        "where the step time leaves the line"
-    ]
-
-
 def _light_cv(obs: Observed) -> tuple[float, float]:
     """Service-time CV at the lightest level and its sample size.
 
@@ -449,9 +425,7 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
         # can see: refit with the model's own variance inflation as the floor
         problem = _Problem(model, floor, meth, stat, fixed)
         est = _estimate(problem)
-    res = FitResult(
-        problem, est, list(obs.notes) + notes + _misfit(problem, est.p) + _step_misfit(problem, est)
-    )
+    res = FitResult(problem, est, list(obs.notes) + notes + _misfit(problem, est.p))
     if model.family != "batch" or len(obs.levels) < 7:
         return res
     if opts["gamma"] is not None:
