@@ -10,9 +10,10 @@ one at a time; each is chosen from what the levels before it measured.
 
    - a closed loop's throughput stops growing, judged on the intervals of
      :func:`llmlat.stats.throughput_interval` (never a point comparison) against the last level
-     that grew: clearly (95%, one-sided) short of half the growth in proportion to the clients
-     that an unsaturated server shows, or two levels in a row not clearly above it by more
-     than :data:`MIN_GAIN` (short levels have wide intervals: one more level decides);
+     that grew: two levels in a row not clearly above it by more than :data:`MIN_GAIN`
+     (short levels have wide intervals: one more level decides; growth less than in
+     proportion is no stop, as a batching server's throughput grows so long before its slot
+     cap);
    - an open level is served clearly less than offered (its throughput interval lies below
      95% of the rate): it is past capacity;
    - a budget is spent: the level's p95 latency exceeds ``max_p95_s``, or it had more than
@@ -152,9 +153,12 @@ def level_outcome(
     row = summarize(requests, attempts).iloc[0]
     phase = stats.phases(requests)
     start, end = stats.row_times(requests)
+    closed = requests["level_kind"].iloc[0] == "concurrency"
+    cycle = max(1, int(value)) if closed else 1  # completions per cycle of N clients
     x, low, high = stats.throughput_interval(
-        start, end, stats.ok_mask(requests), phase == "transient", phase != "warmup"
-    )
+        start, end, stats.ok_mask(requests), phase == "transient", phase != "warmup",
+        min_batch=cycle,
+    )  # fmt: skip
     done = np.isfinite(start) & np.isfinite(end)
     wall = float(end[done].max() - start[done].min()) if done.any() else math.nan
     limited = np.nanmax([row["rate_limited_rate"], 0.0])
@@ -384,15 +388,13 @@ class AdaptiveSearch:
                 self._anchor, self._misses = last, 0
             else:
                 self._misses += 1
-                flat = _flat(last, anchor)
-                if flat or self._misses >= _MISSES:
-                    why = "clearly short of" if flat else f"{_MISSES} levels in a row not above"
+                if self._misses >= _MISSES:
                     self._stop(
                         "throughput",
                         f"throughput {last.throughput:.3g}/s [{last.low:.3g}, {last.high:.3g}] "
-                        f"{at} {why} {anchor.throughput:.3g}/s [{anchor.low:.3g}, "
-                        f"{anchor.high:.3g}] at {name} = {anchor.value:g} grown "
-                        f"{'in proportion' if flat else f'by {MIN_GAIN:.0%}'}",
+                        f"{at}: {_MISSES} levels in a row not above {anchor.throughput:.3g}/s "
+                        f"[{anchor.low:.3g}, {anchor.high:.3g}] at {name} = {anchor.value:g} "
+                        f"grown by {MIN_GAIN:.0%}",
                     )
                     return None
         if last.value >= self.ceiling:
@@ -540,19 +542,6 @@ def _grows(last: LevelOutcome, best: LevelOutcome) -> bool:
         return last.throughput > best.throughput * (1 + MIN_GAIN)
     spread = math.hypot(*se)
     return last.throughput - best.throughput * (1 + MIN_GAIN) > _Z90 * spread
-
-
-def _flat(last: LevelOutcome, anchor: LevelOutcome) -> bool:
-    """Whether ``last`` grew clearly less than half of in proportion to the load, at 95%.
-
-    Below the knee a closed loop's throughput grows with its clients (``N / (W + Z)``), so a
-    level with twice the clients of ``anchor`` would serve about twice as much.
-    """
-    se = [(o.high - o.low) / (2 * _Z95) for o in (last, anchor)]
-    if not all(s == s for s in se) or not anchor.throughput > 0:
-        return False
-    half = anchor.throughput * (1 + (last.value / anchor.value - 1) / 2)
-    return last.throughput + _Z90 * math.hypot(*se) < half
 
 
 def _round(rate: float) -> float:

@@ -461,6 +461,7 @@ def _slo_stats(
         (every["_phase"] == "transient").to_numpy(bool),
         measured | (phase is None),
         weights=every["_meets"].to_numpy(np.float64),
+        min_batch=batch,
     )
     return {
         "slo_attainment": share,

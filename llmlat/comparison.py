@@ -125,8 +125,9 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
             rows.append((kind, level, metric, *est, len(values)))
         measured = ph != "warmup"
         est = _stats.throughput_interval(
-            start[idx], end[idx], ok[idx], ph == "transient", measured, confidence
-        )
+            start[idx], end[idx], ok[idx], ph == "transient", measured, confidence,
+            min_batch=batch,
+        )  # fmt: skip
         rows.append((kind, level, "throughput_rps", *est, int((ok[idx] & measured).sum())))
         hits = refused[idx][measured]
         est = _stats.proportion_interval(hits, confidence, batch)

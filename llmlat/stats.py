@@ -512,11 +512,15 @@ def throughput_interval(
     measured: np.ndarray,
     confidence: float = CONFIDENCE,
     weights: np.ndarray | None = None,
+    min_batch: int = 1,
 ) -> tuple[float, float, float]:
     """Return the throughput of :func:`throughput` with its interval.
 
     The window the rate is taken over is cut into equal sub-windows (up to 20, with at least
-    5 completions each on average), taken as batches; the interval is the wider of the
+    5 completions each on average, and at least ``2 * min_batch``: a closed level's N clients
+    complete about N requests per cycle, in bunches when a batching server finishes them
+    together, so a sub-window shorter than two cycles would read that rhythm as noise), taken
+    as batches; the interval is the wider of the
     Student-t interval of their mean completion rate (completions bunch when requests share a
     queue state, so the counts of whole sub-windows can vary more than a Poisson count) and
     the normal interval of a Poisson count (with none counted: the exact upper bound of a
@@ -530,6 +534,8 @@ def throughput_interval(
         Coverage of the interval.
     weights : numpy.ndarray, optional
         0/1 per row: count only some completions, e.g. those meeting an SLO (goodput).
+    min_batch : int, default 1
+        Completions per cycle (a closed level's N), as for :func:`batch_means`.
 
     Returns
     -------
@@ -551,7 +557,7 @@ def throughput_interval(
         half = float(norm.ppf(0.5 + confidence / 2)) * math.sqrt(count) / (b - a)
     else:
         half = float(chi2.ppf(confidence, 2)) / 2 / (b - a)  # one-sided: the rate is >= 0
-    bins = min(_MAX_BATCHES, n // _MIN_BATCH)
+    bins = min(_MAX_BATCHES, n // max(_MIN_BATCH, 2 * min_batch))
     if bins >= 4:
         rates = np.histogram(ends, bins=bins, range=(a, b), weights=w)[0] / ((b - a) / bins)
         se = float(rates.std(ddof=1)) / math.sqrt(bins)  # the sub-windows are the batches
