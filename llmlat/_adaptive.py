@@ -153,11 +153,9 @@ def level_outcome(
     row = summarize(requests, attempts).iloc[0]
     phase = stats.phases(requests)
     start, end = stats.row_times(requests)
-    closed = requests["level_kind"].iloc[0] == "concurrency"
-    cycle = max(1, int(value)) if closed else 1  # completions per cycle of N clients
     x, low, high = stats.throughput_interval(
         start, end, stats.ok_mask(requests), phase == "transient", phase != "warmup",
-        min_batch=cycle,
+        min_batch=stats.level_batch(requests["level_kind"].iloc[0], value),
     )  # fmt: skip
     done = np.isfinite(start) & np.isfinite(end)
     wall = float(end[done].max() - start[done].min()) if done.any() else math.nan

@@ -661,4 +661,4 @@ def resample(obs: Observed, rng: np.random.Generator) -> Observed:
 
 def _batches(kind: str, levels: np.ndarray) -> list[int]:
     """Fewest requests per batch: a closed level's requests a round (N) apart share a state."""
-    return [int(v) if kind == "concurrency" else 1 for v in levels]
+    return [stats.level_batch(kind, v) for v in levels]

@@ -450,7 +450,7 @@ def _slo_stats(
     past = (frame["_phase"] != "transient").to_numpy(bool) | (phase is None)
     start = _stats.row_times(frame)[0][past]
     hits = frame["_meets"].to_numpy(bool)[past][np.argsort(start, kind="stable")]
-    batch = int(key["level"]) if key.get("level_kind") == "concurrency" else 1
+    batch = _stats.level_batch(key.get("level_kind"), key["level"])
     share, low, high = _stats.proportion_interval(hits, min_batch=batch)
     w_start, w_end = _stats.row_times(every)
     measured = ((every["_phase"] == "warmup") == (phase == "warmup")).to_numpy(bool)

@@ -117,7 +117,7 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
             )
         idx = idx[np.argsort(start[idx], kind="stable")]  # request order
         ph = phase[idx]
-        batch = max(1, int(level)) if kind == "concurrency" else 1
+        batch = _stats.level_batch(kind, level)
         steady = ok[idx] & (ph == "measure") & np.isfinite(latency[idx])
         values = latency[idx][steady]
         for metric, q in _QUANTILE.items():

@@ -318,7 +318,7 @@ def _percentiles(sweep: _Sweep, metric: str, stats: Sequence[str]) -> pd.DataFra
         start, _ = _st.row_times(group)
         values = _floats(group[metric])[np.argsort(start, kind="stable")]
         values = values[np.isfinite(values)]
-        batch = int(level) if kind == "concurrency" else 1
+        batch = _st.level_batch(kind, level)
         for stat in stats:
             q = _STATS[stat]
             ci = (

@@ -168,7 +168,7 @@ def _design_rows(result: Any, name: str, options: str) -> pd.DataFrame:
         idx = np.flatnonzero((req["level"] == level).to_numpy(bool) & (phase == "measure") & ok)
         idx = idx[np.argsort(start[idx], kind="stable")]
         values = latency[idx][np.isfinite(latency[idx])]
-        batch = max(1, int(level)) if kind == "concurrency" else 1
+        batch = _stats.level_batch(kind, level)
         _, low, high = _stats.quantile_interval_ordered(values, 0.95, min_batch=batch)
         status = _stats.column(at, "status")
         out.append(

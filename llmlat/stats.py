@@ -64,6 +64,7 @@ __all__ = [
     "check_slo",
     "column",
     "grows",
+    "level_batch",
     "mean_interval",
     "meets_slo",
     "mser5",
@@ -563,6 +564,27 @@ def throughput_interval(
         se = float(rates.std(ddof=1)) / math.sqrt(bins)  # the sub-windows are the batches
         half = max(half, float(t.ppf(0.5 + confidence / 2, bins - 1)) * se)
     return rate, max(0.0, rate - half), rate + half
+
+
+def level_batch(kind: str | None, level: float) -> int:
+    """Return the ``min_batch`` of a level's statistics: how many requests share a state.
+
+    A closed level's N clients each send again when their request ends, so requests a round
+    (N) apart share a state; an open level's arrivals are independent of the queue.
+
+    Parameters
+    ----------
+    kind : str or None
+        The level's ``level_kind``.
+    level : float
+        Its value (N for ``"concurrency"``).
+
+    Returns
+    -------
+    int
+        N for a closed level (at least 1), else 1.
+    """
+    return max(1, int(level)) if kind == "concurrency" else 1
 
 
 def batch_means(values: np.ndarray, min_batch: int = 1) -> tuple[float, float, float]:
