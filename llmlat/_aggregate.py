@@ -44,7 +44,8 @@ class Observed:
     (1 for independent requests; larger when consecutive requests share queue states); where
     requests streamed, ``itl_s`` (mean inter-token latency: the decode step time) and
     ``se_itl_s``. ``times``
-    holds each level's steady-state times in request order.
+    holds each level's steady-state times in request order, ``itl_times`` (streamed) each
+    request's mean inter-token latency in the same order.
     """
 
     kind: str
@@ -62,6 +63,8 @@ class Observed:
     #: open loop: the most requests the server holds (in service plus waiting) when its 429s
     #: come from a queue cap (:func:`queue_cap`), else None
     system_k: int | None = None
+    #: streamed: per level, each request's mean inter-token latency, in the order of ``times``
+    itl_times: list[np.ndarray] | None = None
 
     @property
     def request_times(self) -> list[np.ndarray]:
@@ -212,7 +215,8 @@ def _from_requests(
     if "itl_mean_s" in req:  # streamed: the decode step time of each level
         itl = pd.to_numeric(req["itl_mean_s"], errors="coerce")
         itl = itl.to_numpy(np.float64, na_value=np.nan)
-        table["itl_s"], table["se_itl_s"] = _itl_stats(np.split(itl[ok][order], cuts), batch)
+        itl_times = np.split(itl[ok][order], cuts)
+        table["itl_s"], table["se_itl_s"] = _itl_stats(itl_times, batch)
     table["cv_alone"], table["n_alone"] = _alone_cv(start, end, values, ok, lv_all, levels)
     if kind == "rate":
         per = pd.DataFrame({"lv": lv_all, "hit": hit, "t": start, "steady": steady})
@@ -261,6 +265,8 @@ def _from_requests(
     obs = Observed(
         kind, metric, table, think, tok, ptok, times, notes, dropped=dropped, system_k=system_k
     )
+    if "itl_s" in table:
+        obs.itl_times = itl_times
     if "completion_tokens" in req and tok > 0:
         lengths = pd.to_numeric(req["completion_tokens"], errors="coerce").to_numpy(
             np.float64, na_value=np.nan
@@ -480,8 +486,11 @@ def latency_levels(obs: Observed) -> Observed:
     if "overloaded" not in obs.levels or not obs.levels["overloaded"].any():
         return obs
     keep = ~obs.levels["overloaded"].to_numpy(bool)
-    times = None if obs.times is None else [t for t, k in zip(obs.times, keep, strict=True) if k]
-    return replace(obs, levels=obs.levels[keep].reset_index(drop=True), times=times)
+    times, itl = (
+        None if v is None else [t for t, k in zip(v, keep, strict=True) if k]
+        for v in (obs.times, obs.itl_times)
+    )
+    return replace(obs, levels=obs.levels[keep].reset_index(drop=True), times=times, itl_times=itl)
 
 
 def _fmt(levels: np.ndarray) -> str:
@@ -630,7 +639,8 @@ def resample(obs: Observed, rng: np.random.Generator) -> Observed:
 
     Blocks are as long as the batches of :func:`llmlat.stats.batch_means`, so a replicate keeps
     the correlation of consecutive requests (resampling single requests would hide it and give
-    intervals too narrow).
+    intervals too narrow). A streamed request's inter-token latency goes with its latency: the
+    same blocks resample both.
 
     Parameters
     ----------
@@ -647,16 +657,22 @@ def resample(obs: Observed, rng: np.random.Generator) -> Observed:
     if obs.times is None:
         raise ValueError("data: bootstrap needs per-request data, not a per-level table")
     batch = _batches(obs.kind, obs.levels["level"].to_numpy())
-    times = []
-    for t, size in zip(obs.times, batch, strict=True):
+    itl_in = obs.itl_times or [None] * len(obs.times)
+    times, itl_out = [], []
+    for t, itl, size in zip(obs.times, itl_in, batch, strict=True):
         n = len(t)
         size = min(max(size, int(np.ceil(n / 20))), n)
         starts = rng.integers(0, n - size + 1, int(np.ceil(n / size)))
-        times.append(np.concatenate([t[a : a + size] for a in starts])[:n])
+        idx = np.concatenate([np.arange(a, a + size) for a in starts])[:n]
+        times.append(t[idx])
+        itl_out.append(None if itl is None else itl[idx])
     table = obs.levels.copy()
     for k, v in _stats_from_times(times, batch).items():
         table[k] = v
-    return replace(obs, levels=table, times=times)
+    if obs.itl_times is None:
+        return replace(obs, levels=table, times=times)
+    table["itl_s"], table["se_itl_s"] = _itl_stats(itl_out, batch)
+    return replace(obs, levels=table, times=times, itl_times=itl_out)
 
 
 def _batches(kind: str, levels: np.ndarray) -> list[int]:

@@ -164,32 +164,42 @@ class Model:
         if self.family == "batch":
             args = (p["slots"], p["t0_s"], p["t1_s"], p["tokens"], p["gamma"])
             join = p.get("join_steps", 0.0)
+            # a request's own time outside the decode steps: the network and client round
+            # trip and its prefill (measured at one client: fitting._estimate._overhead)
+            overhead = p.get("overhead_s", 0.0)
             if kind == "rate":
                 df = q._batch_open(np.atleast_1d(loads), *args)
                 busy = df["batch_mean"]
                 step = p["t0_s"] + p["t1_s"] * busy ** p["gamma"]
-                mean = df["response_mean_s"] + join * step
+                mean = df["response_mean_s"] + join * step + overhead
             else:
                 # a request joins the batch at the next step boundary: that wait holds no
-                # slot, so in a closed loop it acts as think time; an idle server starts a
-                # step at once, and the other N - 1 clients keep it busy unless all of them
-                # are between requests (each is, a share join / (tokens + join) of the time)
+                # slot, so in a closed loop it acts as think time, as the overhead does; an
+                # idle server starts a step at once, and the other N - 1 clients keep it busy
+                # unless all of them are between requests (each is, a share
+                # away / (tokens + away) of the time, in steps)
                 b = np.minimum(loads, p["slots"])
-                busy_at_send = 1.0 - (join / (p["tokens"] + join)) ** (loads - 1.0)
-                delay = join * busy_at_send * (p["t0_s"] + p["t1_s"] * b ** p["gamma"])
-                x, ls = q._closed_means(loads, p["think_s"] + delay, self.rate(p))
-                mean = ls / x + delay
+                step = p["t0_s"] + p["t1_s"] * b ** p["gamma"]
+                own = overhead / step
+                busy_at_send = 1.0 - ((join + own) / (p["tokens"] + join + own)) ** (loads - 1.0)
+                delay = join * busy_at_send * step
+                x, ls = q._closed_means(loads, p["think_s"] + delay + overhead, self.rate(p))
+                mean = ls / x + delay + overhead
                 busy = np.minimum(ls, p["slots"])
                 # a request sees the batches it is in: size-biased, E[b^2] / E[b]. Below the
-                # cap the batch is N less those waiting to join (binomial, share ``out``), its
-                # variance over its mean is ``share``; a queue for slots fills the gaps
-                share = join * busy_at_send / (p["tokens"] + join * busy_at_send)
+                # cap the batch is N less those between requests (binomial, share ``share``),
+                # its variance over its mean is ``share``; a queue for slots fills the gaps
+                away = join * busy_at_send + own
+                share = away / (p["tokens"] + away)
                 gaps = np.clip((p["slots"] - busy) / np.fmax(p["slots"] * share, 1e-12), 0, 1)
                 seen = busy + share * gaps
             # the decode step time at the batch a request sees (what a streamed request's
             # inter-token latency measures), and the mean time decoding; the rest of ``mean``
             # is waiting
-            itl = p["t0_s"] + p["t1_s"] * (busy if kind == "rate" else seen) ** p["gamma"]
+            if kind == "rate":  # a request's own steps: more of them in the larger batches
+                itl = df["step_seen_s"]
+            else:
+                itl = p["t0_s"] + p["t1_s"] * seen ** p["gamma"]
             service = p["tokens"] * (p["t0_s"] + p["t1_s"] * busy ** p["gamma"])
         elif kind == "rate" and "k_sys" in p:  # a queue cap: M/M/c/K states
             mean = _mmck_wait(loads, p)[1] + 1.0 / p["mu"]

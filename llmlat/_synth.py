@@ -2,7 +2,7 @@
 
 Independent of the HTTP engine and the provider simulator: an exact M/M/c (FCFS, c servers,
 exponential service) fed by Poisson arrivals or by N clients with exponential think time, and a
-continuous-batching server fed by N clients.
+continuous-batching server fed by N clients or by Poisson arrivals.
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ import heapq
 import numpy as np
 import pandas as pd
 
-__all__ = ["batch_closed_requests", "mgc_sweep", "mmc_closed_requests", "mmc_open_requests"]
+__all__ = [
+    "batch_closed_requests",
+    "batch_open_requests",
+    "mgc_sweep",
+    "mmc_closed_requests",
+    "mmc_open_requests",
+]
 
 
 def _frame(level, kind, sched, start, end, worker) -> pd.DataFrame:
@@ -167,6 +173,7 @@ def batch_closed_requests(
     warmup: int = 100,
     spread: float = 0.5,
     join_steps: int = 1,
+    drain: bool = False,
 ) -> pd.DataFrame:
     """Simulate N clients (no think time) against a continuous-batching server, for each N.
 
@@ -200,6 +207,10 @@ def batch_closed_requests(
     join_steps : {1, 0}, default 1
         Steps a request sent at a step boundary of a busy server waits before it joins (0:
         it joins the step starting then).
+    drain : bool, default False
+        Stop the clients after ``n + warmup`` sends, as a sweep's closed level does, so the
+        level ends with its drain (the batch shrinks as the last requests end, and they
+        decode faster); else the clients keep sending until those requests have ended.
 
     Returns
     -------
@@ -217,7 +228,8 @@ def batch_closed_requests(
         running: list[list] = []  # [sent, worker, tokens left, tokens total, first token]
         now, step = 0.0, 0
         rows: list[tuple] = []  # (sent, end, worker, tokens, first token)
-        while not _complete(rows, running, waiting, m):
+        sends = big_n
+        while (running or waiting) if drain else not _complete(rows, running, waiting, m):
             idle = not running
             while waiting and len(running) < slots and (idle or waiting[0][2] <= step):
                 sent, w, _ = waiting.pop(0)
@@ -232,16 +244,94 @@ def batch_closed_requests(
             for r in [r for r in running if r[2] == 0]:
                 running.remove(r)
                 rows.append((r[0], now, r[1], r[3], r[4]))
-                waiting.append((now, r[1], step + join_steps))
+                if not drain or sends < m:
+                    waiting.append((now, r[1], step + join_steps))
+                    sends += 1
         rows.sort()
-        sends, ends, workers, lengths, firsts = zip(*rows[warmup:m], strict=True)
-        frame = _frame(big_n, "concurrency", sends, sends, ends, workers)
-        frame["completion_tokens"] = pd.array(lengths, dtype="Int64")
-        first = np.asarray(firsts)
-        frame["t_first_token"] = first
-        frame["ttft_s"] = first - frame["t_sent"].to_numpy()
-        frame["itl_mean_s"] = (frame["t_end"].to_numpy() - first) / (np.asarray(lengths) - 1)
-        out.append(frame)
+        kept = rows[warmup:m]
+        workers = [r[2] for r in kept]
+        out.append(
+            _streamed_frame(big_n, "concurrency", [(r[0], r[1], r[3], r[4]) for r in kept], workers)
+        )
+    return pd.concat(out, ignore_index=True)
+
+
+def _streamed_frame(level, kind, rows: list, worker) -> pd.DataFrame:
+    """Build a requests table from a batching level's sorted ``(sent, end, tokens, first)``."""
+    sends, ends, lengths, firsts = (np.asarray(v) for v in zip(*rows, strict=True))
+    frame = _frame(level, kind, sends, sends, ends, worker)
+    frame["completion_tokens"] = pd.array(lengths, dtype="Int64")
+    frame["t_first_token"] = firsts
+    frame["ttft_s"] = firsts - sends
+    frame["itl_mean_s"] = (ends - firsts) / (lengths - 1)
+    return frame
+
+
+def batch_open_requests(
+    rates: list[float],
+    slots: int,
+    t0_s: float,
+    t1_s: float,
+    tokens: float,
+    duration_s: float | list[float],
+    seed: int = 0,
+    spread: float = 0.5,
+) -> pd.DataFrame:
+    """Simulate Poisson arrivals at a continuous-batching server, for each rate, exactly.
+
+    The engine of :func:`batch_closed_requests`: a request arriving at an idle server starts a
+    step at once; one arriving during a step joins at its end, first come first served, when
+    a slot is free. Each level starts empty, sends for ``duration_s`` and ends when every
+    request has (its drain included, as a sweep's open level does).
+
+    Parameters
+    ----------
+    rates : list of float
+        Arrival rates (requests/s), one level each.
+    slots : int
+        Slot cap B.
+    t0_s, t1_s : float
+        Step-time parameters.
+    tokens : float
+        Mean output tokens per request (uniform on ``tokens * (1 -/+ spread)``).
+    duration_s : float or list of float
+        How long each level sends (one value, or one per rate).
+    seed : int, default 0
+        Seed.
+    spread : float, default 0.5
+        Relative half-width of the output-length distribution.
+
+    Returns
+    -------
+    pandas.DataFrame
+        A requests table (``level_kind == "rate"``) with ``completion_tokens``,
+        ``t_first_token``, ``ttft_s`` and ``itl_mean_s``.
+    """
+    rng = np.random.default_rng(seed)
+    low, high = int(tokens * (1 - spread)), int(tokens * (1 + spread)) + 1
+    spans = np.broadcast_to(np.asarray(duration_s, dtype=np.float64), (len(rates),))
+    out = []
+    for lam, span in zip(rates, spans, strict=True):
+        arr = np.cumsum(rng.exponential(1 / lam, int(2 * lam * span) + 50))
+        arr = arr[arr < span]
+        lengths = rng.integers(low, high, len(arr))
+        running: list[list] = []  # [arrival, tokens left, tokens total, first token]
+        rows: list[tuple] = []
+        now, i = 0.0, 0
+        while i < len(arr) or running:
+            if not running:  # idle: the next arrival starts a step at once
+                now = max(now, float(arr[i]))
+            while i < len(arr) and arr[i] <= now and len(running) < slots:
+                running.append([float(arr[i]), int(lengths[i]), int(lengths[i]), np.nan])
+                i += 1
+            now += t0_s + t1_s * len(running)
+            for r in running:
+                r[1] -= 1
+                if r[1] == r[2] - 1:
+                    r[3] = now
+            rows += [(r[0], now, r[2], r[3]) for r in running if r[1] == 0]
+            running = [r for r in running if r[1] > 0]
+        out.append(_streamed_frame(lam, "rate", sorted(rows), [None] * len(rows)))
     return pd.concat(out, ignore_index=True)
 
 

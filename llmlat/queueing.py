@@ -1045,7 +1045,8 @@ def batch_open(
     -------
     pandas.DataFrame
         ``lam``, ``utilization`` (lam over the capacity at B), ``in_system_mean``,
-        ``response_mean_s``, ``batch_mean``.
+        ``response_mean_s``, ``batch_mean``, ``step_seen_s`` (the mean step time over a
+        request's own steps: its mean inter-token latency).
     """
     if int(slots) < 1:
         raise ValueError("slots: slot cap must be a positive integer")
@@ -1078,14 +1079,20 @@ def _batch_open(
     z = w.sum(axis=1) + tail_mass
     ls = (w @ n + tail_n) / z
     busy = (w @ np.minimum(n, b) + b * tail_mass) / z
+    # a request is in a step with batch k in proportion to k times the share of steps with k,
+    # the time share over the step time: its mean step is E[k] / E[k / step(k)]
+    steps = t0_s + t1_s * np.fmax(np.minimum(n, b), 1) ** gamma
+    per_step = w @ (np.minimum(n, b) / steps) + b / steps[-1] * tail_mass
     with np.errstate(divide="ignore", invalid="ignore"):
         resp = np.where(ok, ls / lam_arr, np.inf)
+        seen = np.where(ok, busy * z / per_step, steps[-1])
     return {
         "lam": lam_arr,
         "utilization": rho,
         "in_system_mean": np.where(ok, ls, np.inf),
         "response_mean_s": resp,
         "batch_mean": np.where(ok, busy, b),
+        "step_seen_s": seen,
     }
 
 

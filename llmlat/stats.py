@@ -30,6 +30,11 @@ Definitions (per level of one sweep):
   :data:`MIN_WINDOW_SHARE` of the level's ok completions (a level too short to have a steady part,
   e.g. 40 requests at 40 clients) it is ok completions over the level's whole span, which fill and
   drain bias low, and the level's ``steady`` check fails.
+- **Drain** (:func:`drain_mask`): the rows ending after the first completion that follows a
+  level's last send. From then on the level only empties (no request replaces one that ends),
+  so a batching server decodes them in ever smaller batches: their inter-token latency and
+  wait run low (the batch fit leaves them out; the last 20 of 150 requests at 50 clients on
+  32 slots decoded up to 40% faster than the steady state).
 - **Means** with overlapping batch means over request order (:func:`batch_means`; batches of at
   least a closed level's N requests): consecutive requests share queue states, so their
   latencies are correlated and ``std / sqrt(n)`` is too small. With levels of a few rounds the
@@ -63,6 +68,7 @@ __all__ = [
     "batch_means",
     "check_slo",
     "column",
+    "drain_mask",
     "grows",
     "level_batch",
     "mean_interval",
@@ -337,6 +343,30 @@ def phases(requests: pd.DataFrame) -> np.ndarray:
             None if refused is None else refused[idx],
         )
         out[idx[cut]] = "transient"
+    return out
+
+
+def drain_mask(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Rows of one level that ended in its drain (see the module docstring).
+
+    Parameters
+    ----------
+    start, end : numpy.ndarray
+        Per row of the level (see :func:`row_times`).
+
+    Returns
+    -------
+    numpy.ndarray
+        Boolean mask: the row ended after the first completion that followed the level's last
+        send (none for a level of one client: its last request is alone either way).
+    """
+    done = np.isfinite(start) & np.isfinite(end)
+    out = np.zeros(len(start), bool)
+    if not done.any():
+        return out
+    after = end[done & (end > start[done].max())]
+    if after.size:
+        out = done & (end > after.min())
     return out
 
 

@@ -19,6 +19,22 @@ _LOG2PI = np.log(2 * np.pi)
 _QUEUE_SHARE = 0.1
 
 
+def _overhead(obs: Observed) -> float:
+    """Return a streamed request's time outside its decode steps at one client (NaN: unknown).
+
+    One client's request finds the server idle, which starts a step at once: its latency is
+    its output tokens times the step time (its mean inter-token latency) plus what the batch
+    model has no part for, the network and client round trip and its own prefill. That
+    constant is in every request's latency at every load (a few ms: 2% of a 16-token answer
+    at 5 ms a step, which t0 would otherwise absorb).
+    """
+    lv = obs.levels
+    if obs.kind != "concurrency" or "itl_s" not in lv or lv["level"].iloc[0] != 1:
+        return np.nan
+    first = lv.iloc[0]
+    return max(float(first["mean_s"] - first["tokens_mean"] * first["itl_s"]), 0.0)
+
+
 class _Likelihood(GenericLikelihoodModel):
     """statsmodels wrapper around a per-observation log-likelihood closure."""
 
@@ -256,10 +272,20 @@ class _Problem:
             else:
                 r = self._resid(theta, k)
                 v = -float(np.sum(np.log(self.se)))
-                for part in self._split(r):
-                    s2 = max(float(np.mean(part**2)), 1e-16)
-                    v += float(-0.5 * len(part) * (_LOG2PI + 1 + np.log(s2)))
+                for part, s2 in zip(self._split(r), self.block_scales(r), strict=True):
+                    v += float(-0.5 * len(part) * (_LOG2PI + np.log(s2)) - 0.5 * part @ part / s2)
         return v if np.isfinite(v) else -1e300
+
+    def block_scales(self, r: np.ndarray) -> list[float]:
+        """Each block's variance of the standardised residuals (the Gaussian scale squared).
+
+        With step times, never below 1: a block of five level means that the parameters can
+        follow more closely than their own sampling errors would otherwise get a scale near
+        0 and all the weight, pulling t0 and t1 off what the step times say (t1 +1.4% on a
+        live sweep whose step times alone hold it).
+        """
+        floor = 1.0 if self.n_itl else 1e-16
+        return [max(float(np.mean(part**2)), floor) for part in self._split(r)]
 
     def _split(self, r: np.ndarray) -> list[np.ndarray]:
         """Residuals by block: one scale each (the step times have their own)."""
@@ -382,9 +408,8 @@ class _Problem:
                 theta = res.x
                 if not self.n_itl:
                     break
-                parts = self._split(self._resid(theta, k))
-                rms = [max(float(np.sqrt(np.mean(q**2))), 1e-12) for q in parts]
-                new = 1.0 / np.asarray(rms)[self.blocks]
+                rms = np.sqrt(self.block_scales(self._resid(theta, k)))
+                new = 1.0 / rms[self.blocks]
                 settled = np.allclose(new, weight, rtol=0.05)
                 self._weight = weight = new
                 if settled:
@@ -631,37 +656,42 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
     start = theta
     nobs = problem.nobs
     if problem.method == "wls":
-        parts = problem._split(problem._resid(theta, k))
-        scales = [0.5 * np.log(max(float(np.mean(r**2)), 1e-16)) for r in parts]
+        scales = 0.5 * np.log(problem.block_scales(problem._resid(theta, k)))
         start = np.append(theta, scales)
         names += ["log_scale", "log_scale_itl"][: len(scales)]
         nobs += problem.n_itl
     if problem.method == "ml":
         nobs = len(problem.weights) + len(problem.x_over) + problem.blocked * len(problem.loads)
     mod = _Likelihood(problem.llobs_full(k), nobs, names)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = mod.fit(start_params=start, method="bfgs", maxiter=100, disp=0)
-        try:
-            cov = np.asarray(res.cov_params()) if np.isfinite(res.llf) else None
-        except ValueError:  # singular Hessian: a parameter the data do not pin down
-            cov = None
-    full = np.asarray(res.params)
-    # the polish is unconstrained: a step out of the box (e.g. join_steps > 1 step) is refused,
-    # and the curvature at the bounded optimum taken instead
     n = len(problem.model.free)
     lower, upper = problem._bounds(k, n)
-    outside = np.any((full[:n] < lower - 1e-9) | (full[:n] > upper + 1e-9))
-    if not np.isfinite(res.llf) or res.llf < llf - 1e-6 or outside:
-        full, cov = start, _inverse_curvature(mod, start)
+    # with step times the block scales are held where :meth:`_Problem.block_scales` puts
+    # them (never below 1), so the least-squares optimum is the polished one
+    free = np.arange(len(start)) < (n if problem.n_itl else len(start))
+    if problem.n_itl:
+        full, cov = start, _inverse_curvature(mod, start, free)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = mod.fit(start_params=start, method="bfgs", maxiter=100, disp=0)
+            try:
+                cov = np.asarray(res.cov_params()) if np.isfinite(res.llf) else None
+            except ValueError:  # singular Hessian: a parameter the data do not pin down
+                cov = None
+        full = np.asarray(res.params)
+        # the polish is unconstrained: a step out of the box (e.g. join_steps > 1 step) is
+        # refused, and the curvature at the bounded optimum taken instead
+        outside = np.any((full[:n] < lower - 1e-9) | (full[:n] > upper + 1e-9))
+        if not np.isfinite(res.llf) or res.llf < llf - 1e-6 or outside:
+            full, cov = start, _inverse_curvature(mod, start)
     at_bound = np.r_[
         (full[:n] - lower < 1e-6) | (upper - full[:n] < 1e-6), np.zeros(len(full) - n, bool)
     ]
-    if (cov is None or not np.all(np.isfinite(np.diag(cov)))) and at_bound.any():
+    if (cov is None or not np.all(np.isfinite(np.diag(cov))[free])) and at_bound.any():
         # a parameter on its bound (e.g. join_steps at one whole step) has no curvature
         # there: the others' covariance is taken with it held
-        cov = _inverse_curvature(mod, full, ~at_bound)
-    if cov is None or not np.all(np.isfinite(np.diag(cov))[~at_bound]):
+        cov = _inverse_curvature(mod, full, free & ~at_bound)
+    if cov is None or not np.all(np.isfinite(np.diag(cov))[free & ~at_bound]):
         cov = np.full((len(full), len(full)), np.nan)
     return full, cov, problem.llf_exact(full, k)
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
-from llmlat._aggregate import Observed, latency_levels, observe
+from llmlat import stats as _stats
+from llmlat._aggregate import Observed, is_level_table, latency_levels, observe
 from llmlat._models import MODELS, Model
-from llmlat.fitting._estimate import _estimate, _lack_of_fit_p, _Problem
+from llmlat.fitting._estimate import _estimate, _lack_of_fit_p, _overhead, _Problem
 from llmlat.fitting._results import FitResult
 
 #: Default of ``max_refused``: levels with a larger share of 429s or retries are not fitted.
@@ -58,6 +60,9 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             lv = latency_levels(obs).levels
             cols = ("level", "itl_s", "se_itl_s")
             fixed["itl_levels"] = tuple(lv[c].to_numpy(dtype=np.float64) for c in cols)
+            overhead = _overhead(obs) if obs.metric == "latency" else np.nan
+            if np.isfinite(overhead):
+                fixed["overhead_s"] = overhead
     if model.family == "mmc" and obs.system_k is not None:
         fixed["k_sys"] = obs.system_k
     if model.family == "mmc":
@@ -313,14 +318,56 @@ def fit(
     """
     if stat not in ("mean", "p50", "p95", "p99"):
         raise ValueError(f"stat: expected 'mean', 'p50', 'p95' or 'p99', got {stat!r}")
-    obs = observe(data, metric, level_kind, _max_refused(max_refused))
+    refused = _max_refused(max_refused)
+    obs = observe(data, metric, level_kind, refused)
     opts = {"think_s": think_s, "tokens": tokens, "gamma": gamma, "cv_s": cv_s}
     if model == "auto":
         res = _fit_auto(obs, stat, method, opts)
+        if res._model.family == "batch":  # ranked on the same rows as the others; refit
+            undrained = _batch_observe(data, metric, level_kind, refused)
+            if undrained is not None:
+                notes = [n for n in res.notes if n.startswith("model chosen")]
+                res = _fit_obs(undrained, "batch", stat, method, opts)
+                res.notes += notes
     else:
+        if model == "batch":
+            obs = _batch_observe(data, metric, level_kind, refused) or obs
         res = _fit_obs(obs, model, stat, method, opts)
     res.data = data
     return res
+
+
+def _batch_observe(
+    data: object, metric: str, level_kind: str | None, refused: float | None
+) -> Observed | None:
+    """Return the batch fit's observations: each level without its drain (None: no drain).
+
+    Past a level's last send no request replaces one that ends, so the batch shrinks and the
+    last requests decode faster and wait less than in the steady state
+    (:func:`llmlat.stats.drain_mask`): their latency and inter-token latency are left out
+    (their completions still count in the throughput).
+    """
+    frame = getattr(data, "requests", data)
+    if not isinstance(frame, pd.DataFrame) or is_level_table(frame, metric):
+        return None
+    start, end = _stats.row_times(frame)
+    keys = [k for k in ("run_id", "level") if k in frame]
+    drained = np.zeros(len(frame), bool)
+    for idx in frame.groupby(keys, sort=False, dropna=False).indices.values():
+        drained[idx] = _stats.drain_mask(start[idx], end[idx])
+    if not drained.any():
+        return None
+    frame = frame.copy()
+    for col in {f"{metric}_s", "itl_mean_s"} & set(frame.columns):
+        frame[col] = frame[col].astype("float64").mask(drained)
+    meta = getattr(data, "meta", None)  # the configured think time, as for the sweep
+    obs = observe(SimpleNamespace(requests=frame, meta=meta), metric, level_kind, refused)
+    obs.notes.append(
+        f"{int(drained.sum())} requests of the levels' drains (ended after the first "
+        "completion past a level's last send, when the batch only shrinks) left out of the "
+        "latency and step-time statistics"
+    )
+    return obs
 
 
 def _max_refused(value: object) -> float | None:

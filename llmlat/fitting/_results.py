@@ -12,7 +12,7 @@ from statsmodels.iolib.summary2 import Summary
 
 from llmlat._aggregate import QUANTILES, resample
 from llmlat._models import Model
-from llmlat.fitting._estimate import _Estimate, _estimate, _Problem
+from llmlat.fitting._estimate import _Estimate, _estimate, _overhead, _Problem
 from llmlat.fitting._plan import Plan, _min_or_none, attainment_bound, declared_limit
 
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
@@ -102,7 +102,7 @@ class FitResult:
         bse = {m.integer: np.nan} if m.integer else {}
         bse.update({n: est.p[n] * s for n, s in zip(m.free, se_log, strict=True)})
         self.bse = pd.Series(bse, dtype=np.float64)
-        keep = ("think_s", "tokens", "gamma", "cv_s")
+        keep = ("think_s", "tokens", "gamma", "cv_s", "overhead_s")
         self.fixed = pd.Series(
             {k: v for k, v in est.p.items() if k in keep and k not in names}, dtype=np.float64
         )
@@ -465,7 +465,11 @@ class FitResult:
         draws = []
         for _ in range(n_boot):
             pr = self._problem
-            sub = _Problem(pr.model, resample(obs, rng), pr.method, pr.stat, pr.fixed)
+            again = resample(obs, rng)
+            fixed = pr.fixed
+            if "overhead_s" in fixed:  # measured on the requests, so resampled with them
+                fixed = {**fixed, "overhead_s": _overhead(again)}
+            sub = _Problem(pr.model, again, pr.method, pr.stat, fixed)
             try:
                 est = _estimate(sub, plausible.tolist() if len(plausible) else None)
             except ValueError:
