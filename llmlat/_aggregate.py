@@ -63,6 +63,8 @@ class Observed:
     #: open loop: the most requests the server holds (in service plus waiting) when its 429s
     #: come from a queue cap (:func:`queue_cap`), else None
     system_k: int | None = None
+    #: coefficient of variation of the output length (ok rows), NaN when unknown
+    tokens_cv: float = np.nan
     #: streamed: per level, each request's mean inter-token latency, in the order of ``times``
     itl_times: list[np.ndarray] | None = None
 
@@ -274,6 +276,7 @@ def _from_requests(
         lengths = lengths[np.isfinite(lengths)]
         probs = [v for v in QUANTILES.values() if v is not None]
         obs.tokens_q = dict(zip(probs, np.quantile(lengths, probs) / tok, strict=True))
+        obs.tokens_cv = float(np.std(lengths) / np.mean(lengths)) if len(lengths) > 1 else np.nan
     return obs
 
 

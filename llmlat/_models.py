@@ -171,7 +171,14 @@ class Model:
                 df = q._batch_open(np.atleast_1d(loads), *args)
                 busy = df["batch_mean"]
                 step = p["t0_s"] + p["t1_s"] * busy ** p["gamma"]
-                mean = df["response_mean_s"] + join * step + overhead
+                # past the cap the slots are B servers of a service as variable as the
+                # output length, not exponential: the wait for a slot scaled as
+                # Allen-Cunneen's, (1 + cv^2) / 2
+                cv2 = p.get("tokens_cv", 1.0) ** 2
+                wait = df["wait_mean_s"]
+                with np.errstate(invalid="ignore"):
+                    mean = df["response_mean_s"] - wait * (1.0 - cv2) / 2.0
+                mean = mean + join * step + overhead
             else:
                 # a request joins the batch at the next step boundary: that wait holds no
                 # slot, so in a closed loop it acts as think time, as the overhead does; an

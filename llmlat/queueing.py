@@ -1046,7 +1046,8 @@ def batch_open(
     pandas.DataFrame
         ``lam``, ``utilization`` (lam over the capacity at B), ``in_system_mean``,
         ``response_mean_s``, ``batch_mean``, ``step_seen_s`` (the mean step time over a
-        request's own steps: its mean inter-token latency).
+        request's own steps: its mean inter-token latency), ``wait_mean_s`` (the part of the
+        response time spent waiting for a slot).
     """
     if int(slots) < 1:
         raise ValueError("slots: slot cap must be a positive integer")
@@ -1079,6 +1080,7 @@ def _batch_open(
     z = w.sum(axis=1) + tail_mass
     ls = (w @ n + tail_n) / z
     busy = (w @ np.minimum(n, b) + b * tail_mass) / z
+    queued = w[:, -1] * r / (1.0 - r) ** 2 / z  # mean of (n - B)+
     # a request is in a step with batch k in proportion to k times the share of steps with k,
     # the time share over the step time: its mean step is E[k] / E[k / step(k)]
     steps = t0_s + t1_s * np.fmax(np.minimum(n, b), 1) ** gamma
@@ -1093,6 +1095,7 @@ def _batch_open(
         "response_mean_s": resp,
         "batch_mean": np.where(ok, busy, b),
         "step_seen_s": seen,
+        "wait_mean_s": np.where(ok, queued / lam_arr, np.inf),
     }
 
 

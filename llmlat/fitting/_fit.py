@@ -52,6 +52,8 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             notes.append("output tokens per request unknown: t0_s, t1_s are per-request times")
         fixed["tokens"] = float(tok)
         fixed["tokens_q"] = obs.tokens_q
+        if obs.kind == "rate" and np.isfinite(obs.tokens_cv):  # the wait for a slot
+            fixed["tokens_cv"] = obs.tokens_cv
         if not obs.tokens_q:
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
@@ -362,6 +364,10 @@ def _batch_observe(
         frame[col] = frame[col].astype("float64").mask(drained)
     meta = getattr(data, "meta", None)  # the configured think time, as for the sweep
     obs = observe(SimpleNamespace(requests=frame, meta=meta), metric, level_kind, refused)
+    # the drain holds the longest of the last requests sent: the output length of the run is
+    # every request's (each level's own mean stays that of its kept requests, as its latency)
+    full = observe(data, metric, level_kind, refused)
+    obs = replace(obs, tokens=full.tokens, tokens_q=full.tokens_q, tokens_cv=full.tokens_cv)
     obs.notes.append(
         f"{int(drained.sum())} requests of the levels' drains (ended after the first "
         "completion past a level's last send, when the batch only shrinks) left out of the "
