@@ -280,7 +280,15 @@ def fit(
         ``batch`` on streamed requests (``itl_mean_s``, or ``itl_mean_s``/``itl_std_s`` in a
         per-level table) also fits each level's mean inter-token latency, the decode step time
         of its batch (min(N, slots) in a closed loop), with its own error scale: that pins t0,
-        t1 and, at a level whose requests waited for a slot, the slot cap.
+        t1 and, at a level whose requests waited for a slot, the slot cap. Each step also
+        prefills the requests joining it, b / tokens of them per step in a steady batch of b,
+        so ``t1_s`` holds their prefill: t1 + prefill / tokens (the client cannot tell the
+        two apart when the prompts are alike). A streamed closed sweep with one client also
+        gives ``overhead_s`` (fixed): a request's time outside its decode steps at that level
+        (network and client round trip, its own prefill), carried in every level's latency.
+        The rows ending in a level's drain (after the first completion past its last send,
+        :func:`llmlat.stats.drain_mask`) are left out of the batch fit's latency and step
+        times: the batch only shrinks then.
     metric : {"latency", "ttft"}, default "latency"
         The time to model (``latency_s`` or ``ttft_s``).
     stat : {"mean", "p50", "p95"}, default "mean"

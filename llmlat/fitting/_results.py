@@ -141,6 +141,11 @@ class FitResult:
         out["throughput_pred_rps"] = pred["throughput_rps"]
         out[f"{s}_s"] = obs[f"{s}_s"]
         out[f"{s}_pred_s"] = pred[f"{s}_s"]
+        if self._model.family == "batch" and self.kind == "concurrency":
+            # at each level's own mean output length, as the fit compares them (a level whose
+            # requests ran short is not a miss of the model)
+            ratio = obs["tokens_mean"].to_numpy(dtype=np.float64) / p["tokens"]
+            out[f"{s}_pred_s"] *= np.where(np.isfinite(ratio), ratio, 1.0)
         out["resid_s"] = out[f"{s}_s"] - out[f"{s}_pred_s"]
         out["resid_rel"] = out["resid_s"] / out[f"{s}_pred_s"]
         if "overloaded" in obs:  # fitted by its throughput only
