@@ -23,7 +23,7 @@ import llmlat
 from llmlat._loadshapes import default_length
 from llmlat.sim import Simulator
 
-SLOTS, T0, T1, TOKENS, PREFILL = 8, 0.004, 0.001, 16, 5e-5
+SLOTS, T0, T1, TOKENS, PREFILL = 8, 0.02, 0.005, 16, 5e-5
 
 
 def run(seed: int) -> dict[str, bool]:

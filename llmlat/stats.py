@@ -30,11 +30,13 @@ Definitions (per level of one sweep):
   :data:`MIN_WINDOW_SHARE` of the level's ok completions (a level too short to have a steady part,
   e.g. 40 requests at 40 clients) it is ok completions over the level's whole span, which fill and
   drain bias low, and the level's ``steady`` check fails.
-- **Drain** (:func:`drain_mask`): the rows ending after the first completion that follows a
-  level's last send. From then on the level only empties (no request replaces one that ends),
-  so a batching server decodes them in ever smaller batches: their inter-token latency and
-  wait run low (the batch fit leaves them out; the last 20 of 150 requests at 50 clients on
-  32 slots decoded up to 40% faster than the steady state).
+- **Drain** (:func:`drain_mask`): after the first completion that follows a level's last send
+  the level only empties (no request replaces one that ends), so a batching server decodes
+  the requests still running in ever smaller batches: their inter-token latency and wait run
+  low (the last 20 of 150 requests at 50 clients on 32 slots decoded up to 40% faster than
+  the steady state). The drain is every row sent from the first one that ends after that
+  completion (by send order, as the start-up: the requests that end late are the long ones);
+  the batch fit leaves it out.
 - **Means** with overlapping batch means over request order (:func:`batch_means`; batches of at
   least a closed level's N requests): consecutive requests share queue states, so their
   latencies are correlated and ``std / sqrt(n)`` is too small. With levels of a few rounds the
@@ -357,16 +359,20 @@ def drain_mask(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        Boolean mask: the row ended after the first completion that followed the level's last
-        send (none for a level of one client: its last request is alone either way).
+        Boolean mask: every row sent from the first one that ended after the first completion
+        following the level's last send (none for a level of one client: its last request is
+        alone either way).
     """
     done = np.isfinite(start) & np.isfinite(end)
     out = np.zeros(len(start), bool)
     if not done.any():
         return out
     after = end[done & (end > start[done].max())]
-    if after.size:
-        out = done & (end > after.min())
+    late = done & (end > after.min()) if after.size else out
+    if late.any():
+        # by send order, as the start-up is cut: which of the last requests sent end late
+        # depends on their own length, and leaving out only those would bias the rest short
+        out = np.isfinite(start) & (start >= start[late].min())
     return out
 
 

@@ -286,9 +286,9 @@ def fit(
         two apart when the prompts are alike). A streamed closed sweep with one client also
         gives ``overhead_s`` (fixed): a request's time outside its decode steps at that level
         (network and client round trip, its own prefill), carried in every level's latency.
-        The rows ending in a level's drain (after the first completion past its last send,
-        :func:`llmlat.stats.drain_mask`) are left out of the batch fit's latency and step
-        times: the batch only shrinks then.
+        The rows of a level's drain (the last ones sent, which run after the first completion
+        past its last send, :func:`llmlat.stats.drain_mask`) are left out of the batch fit's
+        latency and step times: the batch only shrinks then.
     metric : {"latency", "ttft"}, default "latency"
         The time to model (``latency_s`` or ``ttft_s``).
     stat : {"mean", "p50", "p95"}, default "mean"
@@ -377,9 +377,9 @@ def _batch_observe(
     full = observe(data, metric, level_kind, refused)
     obs = replace(obs, tokens=full.tokens, tokens_q=full.tokens_q, tokens_cv=full.tokens_cv)
     obs.notes.append(
-        f"{int(drained.sum())} requests of the levels' drains (ended after the first "
-        "completion past a level's last send, when the batch only shrinks) left out of the "
-        "latency and step-time statistics"
+        f"{int(drained.sum())} requests of the levels' drains (sent from the first one that "
+        "ended after the first completion past its level's last send, when the batch only "
+        "shrinks) left out of the latency and step-time statistics"
     )
     return obs
 
