@@ -356,18 +356,18 @@ class Model:
 
 
 def _segmented_step(n: np.ndarray, itl: np.ndarray, se: np.ndarray, slots: int):
-    """Step-time line of a threshold regression of ITL on min(N, slots) (statsmodels WLS).
+    """Step-time line of a threshold regression of ITL on min(N, slots) (weighted least squares).
 
     The inter-token latency at a level is the step time of a batch of min(N, slots); at a
-    given cap that is a straight line, t0 + t1 * min(N, slots).
+    given cap that is a straight line, t0 + t1 * min(N, slots). Solved directly (statsmodels'
+    WLS gives the same line, at 20 ms a call, once per cap profiled: a third of a fit).
     """
-    import statsmodels.api as sm
-
     x = np.minimum(n, slots).astype(np.float64)
     if np.ptp(x) == 0:
         return 0.0, 0.0
-    w = 1.0 / np.fmax(se, 1e-6 * itl) ** 2
-    t0, t1 = sm.WLS(itl, sm.add_constant(x, has_constant="add"), weights=w).fit().params
+    w = 1.0 / np.fmax(se, 1e-6 * itl)
+    design = np.column_stack([np.ones_like(x), x]) * w[:, None]
+    t0, t1 = np.linalg.lstsq(design, itl * w, rcond=None)[0]
     return float(t0), float(t1)
 
 

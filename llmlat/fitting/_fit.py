@@ -334,21 +334,21 @@ def fit(
     if model == "auto":
         res = _fit_auto(obs, stat, method, opts)
         if res._model.family == "batch":  # ranked on the same rows as the others; refit
-            undrained = _batch_observe(data, metric, level_kind, refused)
+            undrained = _batch_observe(data, obs, metric, level_kind, refused)
             if undrained is not None:
                 notes = [n for n in res.notes if n.startswith("model chosen")]
                 res = _fit_obs(undrained, "batch", stat, method, opts)
                 res.notes += notes
     else:
         if model == "batch":
-            obs = _batch_observe(data, metric, level_kind, refused) or obs
+            obs = _batch_observe(data, obs, metric, level_kind, refused) or obs
         res = _fit_obs(obs, model, stat, method, opts)
     res.data = data
     return res
 
 
 def _batch_observe(
-    data: object, metric: str, level_kind: str | None, refused: float | None
+    data: object, obs: Observed, metric: str, level_kind: str | None, refused: float | None
 ) -> Observed | None:
     """Return the batch fit's observations: each level without its drain (None: no drain).
 
@@ -371,10 +371,10 @@ def _batch_observe(
     for col in {f"{metric}_s", "itl_mean_s"} & set(frame.columns):
         frame[col] = frame[col].astype("float64").mask(drained)
     meta = getattr(data, "meta", None)  # the configured think time, as for the sweep
+    full = obs
     obs = observe(SimpleNamespace(requests=frame, meta=meta), metric, level_kind, refused)
-    # the drain holds the longest of the last requests sent: the output length of the run is
-    # every request's (each level's own mean stays that of its kept requests, as its latency)
-    full = observe(data, metric, level_kind, refused)
+    # the output length of the run is every request's (each level's own mean stays that of
+    # its kept requests, as its latency)
     obs = replace(obs, tokens=full.tokens, tokens_q=full.tokens_q, tokens_cv=full.tokens_cv)
     obs.notes.append(
         f"{int(drained.sum())} requests of the levels' drains (sent from the first one that "
