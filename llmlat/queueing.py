@@ -18,6 +18,7 @@ server are birth-death chains solved in log space, so they stay finite for thous
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -574,6 +575,20 @@ def _log_cum_rates(rate: Callable[[np.ndarray], np.ndarray], n_max: int) -> np.n
     return np.concatenate([[0.0], np.cumsum(np.log(rate(k)))])
 
 
+@functools.lru_cache(maxsize=64)
+def _log_falling(key: bytes, dtype: str, n_max: int) -> np.ndarray:
+    """``log N! / (N - n)!`` for each population N (rows, from ``key``) and n = 0..n_max.
+
+    The same populations come back at every step of a fit's optimiser (a batch fit of a
+    table up to N = 512: 40% of its time), so they are computed once.
+    """
+    nn = np.frombuffer(key, dtype=dtype).astype(np.float64)[:, None]
+    n = np.arange(n_max + 1)
+    out = special.gammaln(nn + 1.0) - special.gammaln(np.maximum(nn - n[None, :], 0) + 1.0)
+    out.flags.writeable = False
+    return out
+
+
 def _closed_distribution(
     n_clients: np.ndarray, think_s: float | np.ndarray, log_cum: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -589,13 +604,9 @@ def _closed_distribution(
     if np.all(z <= 0):
         return (n[None, :] == nn).astype(np.float64), n
     # pi(n) ~ N! / (N-n)! * Z^-n / prod_{k<=n} rate(k); Z = 0 puts every client at the station
+    falling = _log_falling(n_clients.tobytes(), n_clients.dtype.str, n_max)
     with np.errstate(invalid="ignore", divide="ignore"):
-        logw = (
-            special.gammaln(nn + 1.0)
-            - special.gammaln(np.maximum(nn - n[None, :], 0) + 1.0)
-            - n[None, :] * np.log(np.where(z > 0, z, 1.0))
-            - log_cum[None, : n_max + 1]
-        )
+        logw = falling - n[None, :] * np.log(np.where(z > 0, z, 1.0)) - log_cum[None, : n_max + 1]
     logw = np.where(valid & ((z > 0) | (n[None, :] == nn)), logw, -np.inf)
     p = np.exp(logw - logw.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
