@@ -336,9 +336,10 @@ def fit(
         if res._model.family == "batch":  # ranked on the same rows as the others; refit
             undrained = _batch_observe(data, obs, metric, level_kind, refused)
             if undrained is not None:
-                notes = [n for n in res.notes if n.startswith("model chosen")]
+                ranked = res
                 res = _fit_obs(undrained, "batch", stat, method, opts)
-                res.notes += notes
+                res.indistinguishable = ranked.indistinguishable
+                res.notes += [n for n in ranked.notes if n.startswith("model chosen")]
     else:
         if model == "batch":
             obs = _batch_observe(data, obs, metric, level_kind, refused) or obs
