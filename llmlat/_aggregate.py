@@ -660,22 +660,21 @@ def resample(obs: Observed, rng: np.random.Generator) -> Observed:
     if obs.times is None:
         raise ValueError("data: bootstrap needs per-request data, not a per-level table")
     batch = _batches(obs.kind, obs.levels["level"].to_numpy())
-    itl_in = obs.itl_times or [None] * len(obs.times)
-    times, itl_out = [], []
-    for t, itl, size in zip(obs.times, itl_in, batch, strict=True):
+    picks = []
+    for t, size in zip(obs.times, batch, strict=True):
         n = len(t)
         size = min(max(size, int(np.ceil(n / 20))), n)
         starts = rng.integers(0, n - size + 1, int(np.ceil(n / size)))
-        idx = np.concatenate([np.arange(a, a + size) for a in starts])[:n]
-        times.append(t[idx])
-        itl_out.append(None if itl is None else itl[idx])
+        picks.append(np.concatenate([np.arange(a, a + size) for a in starts])[:n])
+    times = [t[idx] for t, idx in zip(obs.times, picks, strict=True)]
     table = obs.levels.copy()
     for k, v in _stats_from_times(times, batch).items():
         table[k] = v
     if obs.itl_times is None:
         return replace(obs, levels=table, times=times)
-    table["itl_s"], table["se_itl_s"] = _itl_stats(itl_out, batch)
-    return replace(obs, levels=table, times=times, itl_times=itl_out)
+    itl = [v[idx] for v, idx in zip(obs.itl_times, picks, strict=True)]
+    table["itl_s"], table["se_itl_s"] = _itl_stats(itl, batch)
+    return replace(obs, levels=table, times=times, itl_times=itl)
 
 
 def _batches(kind: str, levels: np.ndarray) -> list[int]:
