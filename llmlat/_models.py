@@ -44,6 +44,32 @@ def _mmck_mix(lam: float, mu: float, c: int, k: int, tol: float = 1e-10):
     return keep.astype(np.float64), w[keep] / w[keep].sum()
 
 
+def _mgck_states(lam: np.ndarray, p: dict) -> np.ndarray:
+    """Probabilities of 0..K in the system behind a queue cap, per arrival rate.
+
+    Exponential service: the M/M/c/K chain, exactly. A measured service CV: the chain's
+    probabilities below c and of c or more (the probability of waiting, as Allen-Cunneen
+    keeps Erlang C's), but from c on a queue whose length falls (or, past capacity, grows)
+    by ``rho^((1 + rho) / (rho + cv^2))`` a place instead of ``rho``: the diffusion
+    approximation's rate ``2 (1 - rho) / (rho + cv^2)`` for a queue fed by Poisson arrivals,
+    in units of the M/M chain's ``2 (1 - rho) / (1 + rho)``. Near-constant service keeps a
+    shorter queue below capacity (half the wait, as Allen-Cunneen says) and a fuller one past
+    it; with the M/M/c/K states such a server's c comes out too high.
+    """
+    lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
+    mu, c, k = p["mu"], p["c"], p["k_sys"]
+    states = q._mmck_states(lam, mu, c, k)
+    cv = p.get("cv_s", 1.0)
+    if cv == 1.0 or k <= c:
+        return states
+    rho = (lam / (c * mu))[:, None]
+    log_shape = (1.0 + rho) / (rho + cv**2) * np.log(rho) * np.arange(k - c + 1)[None, :]
+    shape = np.exp(log_shape - log_shape.max(axis=1, keepdims=True))
+    out = states.copy()
+    out[:, c:] = states[:, c:].sum(axis=1, keepdims=True) * shape / shape.sum(axis=1, keepdims=True)
+    return out
+
+
 def _mmck_wait(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
     """Behind a queue cap: per arrival rate, the probability that an admitted request waits
     and its mean wait.
@@ -54,7 +80,7 @@ def _mmck_wait(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
     spells dominate, which scaling the whole wait by Allen-Cunneen's factor would not respect.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
-    states = q._mmck_states(np.atleast_1d(np.asarray(lam, dtype=np.float64)), mu, c, k)[:, :-1]
+    states = _mgck_states(lam, p)[:, :-1]
     admitted = states / states.sum(axis=1, keepdims=True)  # PASTA, refused arrivals out
     m = np.maximum(np.arange(k) - c + 1, 0).astype(np.float64)
     residual = (1.0 + p.get("cv_s", 1.0) ** 2) / 2.0
@@ -234,7 +260,13 @@ class Model:
 
     @staticmethod
     def blocking(p: dict, loads: np.ndarray) -> np.ndarray:
-        """Share of arrivals refused by a queue cap at each open-loop rate (M/M/c/K)."""
+        """Share of arrivals refused by a queue cap at each open-loop rate (M/M/c/K).
+
+        Also with a measured service CV: the admitted rate is what the busy servers complete,
+        ``lam (1 - P_B) = mu E[min(n, c)]`` whatever the service law, and
+        :func:`_mgck_states` keeps the chain's busy servers; past capacity that is
+        ``1 - c mu / lam`` for any law (below it, near-constant service refuses less).
+        """
         return q._mmck_states(np.atleast_1d(loads), p["mu"], p["c"], p["k_sys"])[:, -1]
 
     def _quantile(self, p: dict, loads: np.ndarray, kind: str, prob: float) -> np.ndarray:

@@ -92,10 +92,10 @@ class _Problem:
         self.nobs += len(self.x_over)
         if method == "ml":
             self.binned, self.weights = _bin_times(obs)
-        # behind a queue cap every level's refusals are binomial draws of the blocking share;
-        # that share depends on the service law (M/D/1/3 blocks far less than M/M/1/3), so a
-        # measured non-exponential service leaves the refusals out and the latency speaks
-        self.blocked = "k_sys" in fixed and "n_refused" in lv and "cv_s" not in fixed
+        # behind a queue cap every level's refusals are draws of the blocking share (with a
+        # measured service CV, the conserved share of Model.blocking: past capacity it is
+        # 1 - c mu / lambda whatever the service law)
+        self.blocked = "k_sys" in fixed and "n_refused" in lv
         if self.blocked:
             self.n_off = lv["n_offered"].to_numpy(dtype=np.float64)
             self.n_ref = lv["n_refused"].to_numpy(dtype=np.float64)

@@ -88,7 +88,9 @@ def _open_vif(obs: Observed, p: dict) -> Observed | None:
     ``2 rho (1 + rho) / (1 - rho)^2`` over independent draws; only the waiting part of a
     response time carries it, so it is scaled by the probability of waiting (Erlang C).
     Behind a queue cap a level past capacity hovers near a full queue for as long: its
-    latency counts for little, its refusals (binomial, their own batch means) for more.
+    latency counts for little; its refusals come in runs longer than its batch means see,
+    so their ``vif_refused`` is at least the M/M/c/K chain's own
+    (:func:`llmlat.queueing._mmck_refusal_vif`).
     """
     if obs.kind != "rate" or obs.times is None or "vif" not in obs.levels:
         return None
@@ -100,9 +102,16 @@ def _open_vif(obs: Observed, p: dict) -> Observed | None:
     model = 1.0 + wait * 2.0 * rho * (1.0 + rho) / (1.0 - rho) ** 2
     vif = obs.levels["vif"].to_numpy(dtype=np.float64)
     new = np.fmax(np.where(np.isfinite(vif), vif, 1.0), model)
-    if np.all(new <= 1.2 * np.where(np.isfinite(vif), vif, 1.0)):
-        return None
     levels = obs.levels.copy()
+    refusals = "k_sys" in p and "vif_refused" in levels
+    if refusals:  # the refused count's runs, exactly (batch means see a part of them)
+        had = levels["vif_refused"].to_numpy(dtype=np.float64)
+        had = np.where(np.isfinite(had), had, 1.0)
+        floor = queueing._mmck_refusal_vif(lam, p["mu"], p["c"], p["k_sys"])
+        levels["vif_refused"] = np.fmax(had, floor)
+        refusals = bool(np.any(floor > 1.2 * had))
+    if not refusals and np.all(new <= 1.2 * np.where(np.isfinite(vif), vif, 1.0)):
+        return None
     grow = np.sqrt(new / np.where(np.isfinite(vif) & (vif > 0), vif, 1.0))
     for col in [c for c in levels if c.startswith("se_")]:
         levels[col] = levels[col] * grow
