@@ -119,6 +119,38 @@ def _open_vif(obs: Observed, p: dict) -> Observed | None:
     return replace(obs, levels=levels)
 
 
+def _closed_vif(obs: Observed, p: dict) -> Observed | None:
+    """``obs`` with each closed level's ``vif`` at least the station's own, else None.
+
+    N clients without think time on c exponential servers, N > c: all servers are always
+    busy and every client always in the system, so by Little's law a level's mean latency is
+    N over its throughput, and the throughput of n completions is a Poisson count's, rate
+    c mu. The mean's variance is ``N^2 / (n (c mu)^2)``, against ``(N - c + c^2) / (n (c mu)^2)``
+    for independent draws of the same response times (N - c exponential departures and a
+    service): a variance inflation of ``N^2 / (N - c + c^2)`` (8.7 at N = 3c for c = 64,
+    where batch means of one round see about half of it). 1 at N <= c (no waits); a think
+    time or a measured service CV leaves the batch means alone (no such closed form).
+    """
+    if obs.kind != "concurrency" or obs.times is None or "vif" not in obs.levels:
+        return None
+    if "cv_s" in p or p.get("think_s", 0.0) > 0 or p.get("level_think_s") is not None:
+        return None
+    n = obs.levels["level"].to_numpy(dtype=np.float64)
+    c = float(p["c"])
+    model = np.where(n > c, n**2 / (n - c + c**2), 1.0)
+    vif = obs.levels["vif"].to_numpy(dtype=np.float64)
+    vif = np.where(np.isfinite(vif), vif, 1.0)
+    if np.all(model <= 1.2 * vif):
+        return None
+    new = np.fmax(vif, model)
+    levels = obs.levels.copy()
+    grow = np.sqrt(new / np.where(vif > 0, vif, 1.0))
+    for col in [col for col in levels if col.startswith("se_")]:
+        levels[col] = levels[col] * grow
+    levels["vif"] = new
+    return replace(obs, levels=levels)
+
+
 #: ``auto``: a model of another family whose lack-of-fit p-value is at least this is not
 #: rejected by the data, and the choice is reported as indistinguishable from it.
 _REJECT = 0.05
@@ -428,10 +460,10 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
     _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
     est = _estimate(problem)
-    floor = _open_vif(obs, est.p) if model.family == "mmc" else None
+    floor = (_open_vif(obs, est.p) or _closed_vif(obs, est.p)) if model.family == "mmc" else None
     if floor is not None:
-        # an open queue's consecutive waits are correlated for longer than a level's batches
-        # can see: refit with the model's own variance inflation as the floor
+        # a queue's consecutive waits are correlated for longer than a level's batches can
+        # see: refit with the model's own variance inflation as the floor
         problem = _Problem(model, floor, meth, stat, fixed)
         est = _estimate(problem)
     res = FitResult(problem, est, list(obs.notes) + notes + _misfit(problem, est.p))
