@@ -168,6 +168,8 @@ _PLAUSIBLE = 10.0
 def _plausible(problem: _Problem, est) -> list[dict]:
     """Return the fitted parameters and those at every integer within :data:`_PLAUSIBLE`.
 
+    Used behind a queue cap.
+
     A queue's correlation grows steeply near saturation, so a floor taken at the best c alone
     is too low when the data put c one too high (a level at 90% load read as 85%, its mean
     counted as six times the draws it is worth: c = 17 for 16 behind a cap).
@@ -489,7 +491,10 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
     _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
     est = _estimate(problem)
-    ps = _plausible(problem, est)
+    # behind a queue cap at every plausible c (a cap's latency and refusals pin c loosely);
+    # elsewhere at the fitted one (an open queue's floor at a c one too low reads a level at
+    # 90% load as saturated and leaves c unbounded)
+    ps = _plausible(problem, est) if "k_sys" in est.p else [est.p]
     floor = (_open_vif(obs, ps) or _closed_vif(obs, ps)) if model.family == "mmc" else None
     if floor is not None:
         # a queue's consecutive waits are correlated for longer than a level's batches can
