@@ -1201,3 +1201,34 @@ def _mmck_states(lam: np.ndarray, mu: float, c: int, k: int) -> np.ndarray:
     logw[:, 0] = 0.0
     p = np.exp(logw - logw.max(axis=1, keepdims=True))
     return p / p.sum(axis=1, keepdims=True)
+
+
+def _mmck_refusal_vif(lam: np.ndarray, mu: float, c: int, k: int) -> np.ndarray:
+    """M/M/c/K: variance inflation of the refused count over binomial draws, per arrival rate.
+
+    Refusals come in runs (while the system stays full), so over a long window the count of
+    refused arrivals varies far more than ``n p (1 - p)``: past capacity it is about
+    arrivals less departures, ``(lam + c mu) T`` against ``lam T p (1 - p)`` (a vif of 13 at
+    120% load). Exactly: refusals are a counting process of rate ``f(x) = lam 1{x = K}``
+    modulated by the birth-death chain of the system size; its asymptotic variance rate is
+    ``lam pi_K + 2 pi (f~ D f~)`` with ``f~ = f - pi f`` and the chain's deviation matrix D
+    (the refused arrivals do not move the chain, so no cross term). Returns that over
+    ``lam pi_K (1 - pi_K)`` (1 where nothing is refused).
+    """
+    lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
+    n = np.arange(k + 1)
+    down = mu * np.minimum(n, c).astype(np.float64)
+    states = _mmck_states(lam, mu, c, k)
+    out = np.ones(len(lam))
+    for i, (rate, pi) in enumerate(zip(lam, states, strict=True)):
+        p = pi[-1]
+        if not 0.0 < p < 1.0 or rate <= 0:
+            continue
+        gen = np.diag(np.r_[np.full(k, rate), 0.0][:-1], 1) + np.diag(down[1:], -1)
+        gen -= np.diag(gen.sum(axis=1))
+        f = np.where(n == k, rate, 0.0)
+        ft = f - pi @ f
+        g = np.linalg.solve(np.outer(np.ones(k + 1), pi) - gen, ft)  # D f~, as pi f~ = 0
+        var = rate * p + 2.0 * float(pi @ (ft * g))
+        out[i] = max(var / (rate * p * (1.0 - p)), 1.0)
+    return out

@@ -14,7 +14,10 @@ from scipy import stats
 import llmlat
 import llmlat.stats
 from llmlat import queueing
+from llmlat._aggregate import observe
+from llmlat._models import _mmck_quantile
 from llmlat._synth import batch_closed_requests, mgc_sweep
+from llmlat.fitting._fit import _closed_vif
 
 C, MU = 4, 2.0
 LEVELS = [1, 2, 4, 6, 8, 12]
@@ -150,3 +153,63 @@ def test_a_c_the_levels_do_not_pin_is_reported_as_its_set_with_what_would_pin_it
     note = next(n for n in res.notes if "(95% set)" in n)
     assert f"one of {lo:g}..{hi:g}" in note and f"overloaded level {rates[-1]:g}" in note
     assert f"{res.params['c']:g}" in res.summary().as_text()
+
+
+def test_refusals_behind_a_cap_vary_as_the_chain_says():
+    # past capacity the refused count is about arrivals less departures: (lam + c mu) T, not
+    # the binomial lam T p (1 - p); batch means over a level saw a half to a tenth of that
+    lam, c, k = 1.2 * 16 * MU, 16, 48
+    p = 1 - 16 * MU / lam
+    vif = queueing._mmck_refusal_vif(np.array([lam]), MU, c, k)[0]
+    assert vif == pytest.approx((lam + c * MU) / (lam * p * (1 - p)), rel=0.03)
+    # long simulations of the capped queue, in windows of 600 arrivals past the fill: their
+    # refused shares vary that much (a fixed count of arrivals: about 0.85 of it)
+    shares = []
+    for seed in (11, 12, 13):
+        data = mgc_sweep("rate", [lam], MU, c, queue_cap=k - c, seed=seed, length=12)
+        hit = (~data.sort_values("t_sent")["ok"]).to_numpy(float)[3000:]
+        shares.append(hit[: len(hit) // 600 * 600].reshape(-1, 600).mean(axis=1))
+    shares = np.concatenate(shares)
+    measured = shares.var(ddof=1) / (shares.mean() * (1 - shares.mean()) / 600)
+    assert 0.5 * vif < measured < 1.5 * vif  # ~42 windows: chi-square 0.55-1.5 at 99%
+
+
+@pytest.mark.parametrize("cv, seeds", [(1.0, (1007,)), (0.05, (1001, 1006))])
+def test_a_queue_caps_c_interval_holds_the_truth(cv, seeds):
+    # bench_calibration's mmc-opencap-c16 seeds whose 95% set of c missed 16: refusals
+    # weighted as if their runs were shorter (cv 1: [14, 15]), a queue of near-constant
+    # service shaped as an exponential one's (cv 0.05: c = 17 in [17, inf] and [17, 24],
+    # plans past the target)
+    c = 16
+    rates = [f * c * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    target = float(
+        _mmck_quantile(0.95, np.array([0.7 * c * MU]), {"mu": MU, "c": c, "k_sys": 3 * c})[0]
+    )
+    for seed in seeds:
+        data = mgc_sweep("rate", rates, MU, c, cv_s=cv, queue_cap=2 * c, seed=seed)
+        res = llmlat.fit(data, model="mmc")
+        lo, hi = res.conf_int().loc["c"]
+        assert lo <= c <= hi and hi < 2 * c, (seed, lo, hi)
+        if cv != 1.0:
+            assert res.params["c"] == c
+            assert res.plan(p95=target).rate_rps < c * MU
+
+
+def test_a_closed_level_past_c_has_the_variance_littles_law_gives():
+    # N = 12 clients, no think time, on 4 servers: the mean latency is N over the throughput
+    # of a Poisson departure stream, so it varies N^2 / (N - c + c^2) = 6 times as much as
+    # independent draws of the same response times would; batch means of one round see less
+    n = 12
+    means, iid, vifs = [], [], []
+    for seed in range(150):
+        obs = observe(mgc_sweep("concurrency", [n], MU, C, seed=seed), "latency", None, None)
+        t = obs.times[0]
+        means.append(t.mean())
+        iid.append(t.var(ddof=1) / len(t))
+        vifs.append(obs.levels["vif"].iloc[0])
+    measured = np.var(means, ddof=1) / np.mean(iid)
+    model = n**2 / (n - C + C**2)
+    assert measured == pytest.approx(model, rel=0.3)  # 150 seeds: +-12% is one sd
+    assert np.mean(vifs) < 0.8 * model  # what the batch means said
+    floored = _closed_vif(obs, [{"c": C, "mu": MU, "think_s": 0.0}])
+    assert floored is not None and floored.levels["vif"].iloc[0] == pytest.approx(model)

@@ -10,7 +10,7 @@ from scipy import optimize, stats
 from statsmodels.base.model import GenericLikelihoodModel
 
 from llmlat._aggregate import Observed, latency_levels
-from llmlat._models import Model
+from llmlat._models import _DIFFUSE, Model
 
 _LOG2PI = np.log(2 * np.pi)
 #: A batching level past the slot cap shows its queue when the wait grew by this share of its
@@ -110,8 +110,9 @@ class _Problem:
             self.binned, self.weights = _bin_times(obs)
         # behind a queue cap every level's refusals are binomial draws of the blocking share;
         # that share depends on the service law (M/D/1/3 blocks far less than M/M/1/3), so a
-        # measured non-exponential service leaves the refusals out and the latency speaks
-        self.blocked = "k_sys" in fixed and "n_refused" in lv and "cv_s" not in fixed
+        # measured non-exponential service counts them only behind a large system (see
+        # _refusals_count), where refusals come past capacity, 1 - c mu / lambda for any law
+        self.blocked = "k_sys" in fixed and "n_refused" in lv
         if self.blocked:
             self.n_off = lv["n_offered"].to_numpy(dtype=np.float64)
             self.n_ref = lv["n_refused"].to_numpy(dtype=np.float64)
@@ -190,6 +191,16 @@ class _Problem:
         batch = max((y[i] - p["t0_s"]) / p["t1_s"], 0.0) ** (1.0 / p.get("gamma", 1.0))
         return int(min(np.floor(batch), n[i])) + 1
 
+    @staticmethod
+    def _refusals_count(p: dict) -> bool:
+        """Whether the blocking of the M/M/c/K chain describes these refusals.
+
+        Exponential service: always. A measured service CV: behind a system of at least
+        :data:`llmlat._models._DIFFUSE` places, where a queue refuses only near or past its
+        capacity (the share there is conserved, ``1 - c mu / lambda``, whatever the law).
+        """
+        return "cv_s" not in p or p["k_sys"] >= _DIFFUSE
+
     def _block_llobs(self, p: dict) -> np.ndarray:
         """Per level: the binomial log-likelihood of its refusals (quasi: weighted by 1/vif).
 
@@ -197,6 +208,8 @@ class _Problem:
         """
         if not self.blocked:
             return np.empty(0)
+        if not self._refusals_count(p):
+            return np.zeros(len(self.loads))
         pb = np.clip(self.model.blocking(p, self.loads), 1e-300, 1.0 - 1e-16)
         ll = self.n_ref * np.log(pb) + (self.n_off - self.n_ref) * np.log1p(-pb)
         return self.info_ref * ll
@@ -205,6 +218,8 @@ class _Problem:
         """Per level: the refused share's deviance residual (least squares)."""
         if not self.blocked:
             return np.empty(0)
+        if not self._refusals_count(p):
+            return np.zeros(len(self.loads))
         pb = np.clip(self.model.blocking(p, self.loads), 1e-300, 1.0 - 1e-16)
         share = self.n_ref / self.n_off
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -84,8 +84,11 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
     return fixed, notes
 
 
-def _open_vif(obs: Observed, p: dict) -> Observed | None:
+def _open_vif(obs: Observed, ps: list[dict]) -> Observed | None:
     """``obs`` with each open level's ``vif`` at least the station's own, else None.
+
+    ``ps``: the parameters at every integer the data find plausible (:func:`_plausible`);
+    the floor is the largest of theirs.
 
     The mean wait of an open queue near saturation is correlated over far more requests than
     a level's batch means span (a level of a few thousand requests at 90% load: batch means
@@ -95,26 +98,95 @@ def _open_vif(obs: Observed, p: dict) -> Observed | None:
     ``2 rho (1 + rho) / (1 - rho)^2`` over independent draws; only the waiting part of a
     response time carries it, so it is scaled by the probability of waiting (Erlang C).
     Behind a queue cap a level past capacity hovers near a full queue for as long: its
-    latency counts for little, its refusals (binomial, their own batch means) for more.
+    latency counts for little; its refusals come in runs longer than its batch means see,
+    so their ``vif_refused`` is at least the M/M/c/K chain's own
+    (:func:`llmlat.queueing._mmck_refusal_vif`).
     """
     if obs.kind != "rate" or obs.times is None or "vif" not in obs.levels:
         return None
     from llmlat import queueing
 
     lam = obs.levels["level"].to_numpy(dtype=np.float64)
-    rho = np.clip(lam / (p["c"] * p["mu"]), 0.0, 0.995)
-    wait = queueing.erlang_c(p["c"], rho * p["c"])
-    model = 1.0 + wait * 2.0 * rho * (1.0 + rho) / (1.0 - rho) ** 2
+    rho = [np.clip(lam / (p["c"] * p["mu"]), 0.0, 0.995) for p in ps]
+    wait = [queueing.erlang_c(p["c"], r * p["c"]) for p, r in zip(ps, rho, strict=True)]
+    inflation = [
+        1.0 + w * 2.0 * r * (1.0 + r) / (1.0 - r) ** 2 for w, r in zip(wait, rho, strict=True)
+    ]
+    model = np.max(inflation, axis=0)
     vif = obs.levels["vif"].to_numpy(dtype=np.float64)
     new = np.fmax(np.where(np.isfinite(vif), vif, 1.0), model)
-    if np.all(new <= 1.2 * np.where(np.isfinite(vif), vif, 1.0)):
-        return None
     levels = obs.levels.copy()
+    refusals = "k_sys" in ps[0] and "vif_refused" in levels
+    if refusals:  # the refused count's runs, exactly (batch means see a part of them)
+        had = levels["vif_refused"].to_numpy(dtype=np.float64)
+        had = np.where(np.isfinite(had), had, 1.0)
+        floor = np.max(
+            [queueing._mmck_refusal_vif(lam, p["mu"], p["c"], p["k_sys"]) for p in ps], axis=0
+        )
+        levels["vif_refused"] = np.fmax(had, floor)
+        refusals = bool(np.any(floor > 1.2 * had))
+    if not refusals and np.all(new <= 1.2 * np.where(np.isfinite(vif), vif, 1.0)):
+        return None
     grow = np.sqrt(new / np.where(np.isfinite(vif) & (vif > 0), vif, 1.0))
     for col in [c for c in levels if c.startswith("se_")]:
         levels[col] = levels[col] * grow
     levels["vif"] = new
     return replace(obs, levels=levels)
+
+
+def _closed_vif(obs: Observed, ps: list[dict]) -> Observed | None:
+    """``obs`` with each closed level's ``vif`` at least the station's own, else None.
+
+    N clients without think time on c exponential servers, N > c: all servers are always
+    busy and every client always in the system, so by Little's law a level's mean latency is
+    N over its throughput, and the throughput of n completions is a Poisson count's, rate
+    c mu. The mean's variance is ``N^2 / (n (c mu)^2)``, against ``(N - c + c^2) / (n (c mu)^2)``
+    for independent draws of the same response times (N - c exponential departures and a
+    service): a variance inflation of ``N^2 / (N - c + c^2)`` (8.7 at N = 3c for c = 64,
+    where batch means of one round see about half of it). 1 at N <= c (no waits); a think
+    time or a measured service CV leaves the batch means alone (no such closed form).
+    """
+    if obs.kind != "concurrency" or obs.times is None or "vif" not in obs.levels:
+        return None
+    p = ps[0]
+    if "cv_s" in p or p.get("think_s", 0.0) > 0 or p.get("level_think_s") is not None:
+        return None
+    n = obs.levels["level"].to_numpy(dtype=np.float64)
+    c = float(min(q["c"] for q in ps))  # fewer servers: more of them wait, longer
+    model = np.where(n > c, n**2 / (n - c + c**2), 1.0)
+    vif = obs.levels["vif"].to_numpy(dtype=np.float64)
+    vif = np.where(np.isfinite(vif), vif, 1.0)
+    if np.all(model <= 1.2 * vif):
+        return None
+    new = np.fmax(vif, model)
+    levels = obs.levels.copy()
+    grow = np.sqrt(new / np.where(vif > 0, vif, 1.0))
+    for col in [col for col in levels if col.startswith("se_")]:
+        levels[col] = levels[col] * grow
+    levels["vif"] = new
+    return replace(obs, levels=levels)
+
+
+#: Integers whose profile log-likelihood is within this of the best are plausible enough to
+#: set a correlation floor (the bootstrap's set, :meth:`FitResult.conf_int`).
+_PLAUSIBLE = 10.0
+
+
+def _plausible(problem: _Problem, est) -> list[dict]:
+    """Return the fitted parameters and those at every integer within :data:`_PLAUSIBLE`.
+
+    Used behind a queue cap.
+
+    A queue's correlation grows steeply near saturation, so a floor taken at the best c alone
+    is too low when the data put c one too high (a level at 90% load read as 85%, its mean
+    counted as six times the draws it is worth: c = 17 for 16 behind a cap).
+    """
+    best = max(est.profile.values(), default=0.0)
+    return [est.p] + [
+        problem.params(theta, k)
+        for k, theta in est.thetas.items()
+        if k != est.k and est.profile.get(k, -np.inf) >= best - _PLAUSIBLE
+    ]
 
 
 #: ``auto``: a model of another family whose lack-of-fit p-value is at least this is not
@@ -481,10 +553,14 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
     _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
     est = _estimate(problem)
-    floor = _open_vif(obs, est.p) if model.family == "mmc" else None
+    # behind a queue cap at every plausible c (a cap's latency and refusals pin c loosely);
+    # elsewhere at the fitted one (an open queue's floor at a c one too low reads a level at
+    # 90% load as saturated and leaves c unbounded)
+    ps = _plausible(problem, est) if "k_sys" in est.p else [est.p]
+    floor = (_open_vif(obs, ps) or _closed_vif(obs, ps)) if model.family == "mmc" else None
     if floor is not None:
-        # an open queue's consecutive waits are correlated for longer than a level's batches
-        # can see: refit with the model's own variance inflation as the floor
+        # a queue's consecutive waits are correlated for longer than a level's batches can
+        # see: refit with the model's own variance inflation as the floor
         problem = _Problem(model, floor, meth, stat, fixed)
         est = _estimate(problem)
     res = FitResult(problem, est, list(obs.notes) + notes + _misfit(problem, est.p))
