@@ -7,6 +7,10 @@
 - ``end_to_end``: the slow end-to-end runs (``llmlat demo --quick`` and the notebooks), started
   side by side; ``demo_run``: the demo's article sweep, saved and reported, shared by the demo
   and report tests.
+
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadfile``): each test file
+stays on one worker (its module fixtures are made once), and the files whose tests use
+``end_to_end`` share one worker, so each expensive session fixture is made once per run.
 """
 
 from __future__ import annotations
@@ -26,6 +30,37 @@ if TYPE_CHECKING:
     import pandas as pd
 
 KERNEL = "llmlat-test"
+
+
+# the files whose tests wait on ``end_to_end``: one xdist worker runs them all (see below)
+END_TO_END_FILES = ("test_demo.py", "test_notebooks.py")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the end-to-end files as one unit: each expensive session fixture
+    (``end_to_end``, ``ray_local``) and each module fixture is made on one worker only."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _Scheduler(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return "end_to_end" if Path(file).name in END_TO_END_FILES else file
+
+    return _Scheduler(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that waits on ``end_to_end`` lives in one of ``END_TO_END_FILES``: elsewhere, a
+    second xdist worker would run the demo and every notebook again."""
+    for item in items:
+        uses = "end_to_end" in getattr(item, "fixturenames", ())
+        if uses and item.path.name not in END_TO_END_FILES:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses end_to_end: list its file in END_TO_END_FILES"
+            )
 
 
 def _run_llmlat(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -122,7 +157,7 @@ def end_to_end(
     They start together, the demo a process and each notebook its own kernel: they wait on
     simulated replicas rather than compute, so side by side they take about as long as the
     longest alone. The fixture returns only when every one has finished, so they never overlap
-    a timing-sensitive test.
+    a timing-sensitive test of their worker (the other xdist worker goes on with its files).
     """
     jobs: dict[str, Callable[[], Any]] = {}
     for item in request.session.items:

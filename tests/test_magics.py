@@ -526,6 +526,9 @@ import asyncio, os, signal, sys, threading, time
 from IPython.core.interactiveshell import InteractiveShell
 import llmlat
 
+# Ctrl-C as in a terminal, though this test's parent may ignore SIGINT (a job started with `&`
+# from a script does, and its children inherit that)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 ip = InteractiveShell.instance()
 ip.run_line_magic("load_ext", "llmlat")
 # slow enough that 4 workers x 200 requests cannot finish before the interrupt
