@@ -33,10 +33,11 @@ import os
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 import llmlat
 from llmlat import queueing
@@ -45,6 +46,7 @@ from llmlat._models import _mmck_quantile
 from llmlat._synth import batch_closed_requests, mgc_sweep
 
 MU = 2.0
+OPEN_LOADS = (0.3, 0.6, 0.8, 0.9, 1.2)
 _MMC_FAMILY = {"mm1", "mmc", "closed", "mgc"}
 
 
@@ -59,6 +61,8 @@ class Cell:
     cv: float = 1.0
     queue_cap: int | None = None
     streamed: bool = True  # batch: the requests carry their inter-token latency
+    scale: float = 1.0  # multiplies every level's default length (--scale)
+    loads: tuple[float, ...] = OPEN_LOADS  # open levels, as shares of the capacity c * mu
 
     def levels(self) -> list[float]:
         if self.family == "batch":  # powers of two up to twice the slots
@@ -66,7 +70,7 @@ class Cell:
         if self.kind == "concurrency":
             grid = np.round(self.c * np.array([0.25, 0.5, 1.0, 1.5, 2.0, 3.0]))
             return sorted({1, 2, 4, *(int(v) for v in grid if v >= 1)})
-        return [f * self.c * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+        return [f * self.c * MU for f in self.loads]
 
     def simulate(self, seed: int):
         if self.family == "batch":  # each level at llmlat's default length, no warmup
@@ -77,7 +81,7 @@ class Cell:
                     0.02,
                     0.002,
                     40,
-                    n=default_length("concurrency", n)[0] or 0,
+                    n=round(self.scale * (default_length("concurrency", n)[0] or 0)),
                     seed=seed * 1000 + n,
                     warmup=0,
                 )
@@ -93,6 +97,7 @@ class Cell:
             cv_s=self.cv,
             queue_cap=self.queue_cap,
             seed=seed,
+            length=self.scale,
         )
 
     def truth(self) -> dict[str, float]:
@@ -161,18 +166,40 @@ def _plan_breaks(cell: Cell, res) -> bool | None:
     return _true_p95(cell, plan.concurrency, "concurrency") > target
 
 
-def run_seed(cell: Cell, seed: int) -> dict:
+def _oracle(cell: Cell, res) -> dict[str, float]:
+    """What the data could say with the service rate known: bounds on any estimator of c.
+
+    ``c_oracle``: the fit's own likelihood (every request, the same observations) evaluated at
+    the true mu peaks at the true c. ``c_thru``: an overloaded level's measured throughput over
+    the true mu rounds to c (capacity alone, as a throughput meter would see it).
+    """
+    pr, out = res._problem, {}
+    if tuple(pr.model.free) == ("mu",):
+        width = max(3, cell.c // 4)
+        ks = range(max(1, cell.c - width), cell.c + width + 1)
+        ll = {k: pr.llf(np.array([np.log(MU)]), k) for k in ks}
+        best = max(ll.values())
+        # a tie (the true c and a neighbour equally likely) is not an exact answer
+        out["c_oracle"] = float(ll[cell.c] == best and sum(v == best for v in ll.values()) == 1)
+    if len(pr.x_over):
+        out["c_thru"] = float(round(float(pr.x_over[-1]) / MU) == cell.c)
+    return out
+
+
+def run_seed(cell: Cell, seed: int, oracle: bool = False) -> dict:
     """Fit, compare and plan one seeded sweep of ``cell``: one row of the cell's figures."""
     warnings.simplefilter("ignore")
     truth = cell.truth()
     data = cell.simulate(1000 + seed)
+    sizes = data.groupby("level").size()
+    row: dict = {"requests": float(len(data)), "top_requests": float(sizes.iloc[-1])}
     try:
         res = llmlat.fit(data, model=cell.family)
     except ValueError as exc:
-        return {"failed": 1.0, "error": str(exc)[:80]}
+        return row | {"failed": 1.0, "error": str(exc)[:80]}
     ci = res.conf_int()
     integer = "slots" if cell.family == "batch" else "c"
-    row = {
+    row |= {
         "failed": 0.0,
         "c_exact": float(res.params[integer] == truth[integer]),
         "c_cover": float(ci.loc[integer, "lower"] <= truth[integer] <= ci.loc[integer, "upper"]),
@@ -184,6 +211,9 @@ def run_seed(cell: Cell, seed: int) -> dict:
         row[f"err_{name}"] = abs(res.params[name] / value - 1)
         covers.append(ci.loc[name, "lower"] <= value <= ci.loc[name, "upper"])
     row["cover"] = float(np.mean(covers))
+    row["cover_n"] = float(len(covers))
+    if oracle and cell.family == "mmc":
+        row |= _oracle(cell, res)
     try:
         auto = llmlat.fit(data)
         fam = _family(auto.model)
@@ -199,28 +229,120 @@ def run_seed(cell: Cell, seed: int) -> dict:
     return row
 
 
-def run_cell(cell: Cell, seeds: int, pool: ProcessPoolExecutor) -> dict[str, float]:
-    started = time.perf_counter()
-    rows = list(pool.map(run_seed, [cell] * seeds, range(seeds)))
-    keys = sorted({k for r in rows for k in r if k != "error"})
-    out = {"cell": cell.name, "n": len(rows), "secs": time.perf_counter() - started}
+#: the issue's targets for each share of seeds, as the range of true shares that meet them;
+#: ``err_<p>`` stands for the share of seeds within 5% (median error <= 5% <=> that share >= 1/2)
+TARGETS: dict[str, tuple[float, float]] = {
+    "c_exact": (0.90, 1.0),
+    "c_cover": (0.90, 0.98),
+    "cover": (0.90, 0.98),
+    "auto": (0.90, 1.0),
+    "break": (0.0, 0.05),
+    "err": (0.5, 1.0),
+}
+ERR_OK = 0.05
+
+
+def share_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a share from k of n seeds."""
+    if n == 0:
+        return (0.0, 1.0)
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def judge(k: int, n: int, target: tuple[float, float]) -> str:
+    """Whether k of n seeds meet a target share: "ok", "miss" or "more" (seeds needed).
+
+    "miss" only when the exact 95% interval of the share excludes the whole target range;
+    "ok" when the observed share is in the range (the data are consistent with it); "more"
+    when the share is outside the range but its interval still reaches it.
+    """
+    lo, hi = share_ci(k, n)
+    if hi < target[0] or lo > target[1]:
+        return "miss"
+    return "ok" if target[0] <= k / n <= target[1] else "more"
+
+
+def seeds_to_decide(k: int, n: int, target: tuple[float, float]) -> int | None:
+    """Seeds after which the observed share, if it held, would be told from the target."""
+    share = k / n
+    for m in np.unique(np.geomspace(n + 1, 5000, 120).astype(int)):
+        if judge(round(share * m), int(m), target) == "miss":
+            return int(m)
+    return None
+
+
+def _counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    """k of n seeds for each judged share (pooled over parameters for ``cover``)."""
+    out = {}
+    for key in ("c_exact", "c_cover", "auto", "break", "c_oracle", "c_thru"):
+        vals = [r[key] for r in rows if key in r]
+        if vals:
+            out[key] = (round(sum(vals)), len(vals))
+    cov = [(r["cover"] * r["cover_n"], r["cover_n"]) for r in rows if "cover" in r]
+    if cov:
+        out["cover"] = (round(sum(k for k, _ in cov)), int(sum(n for _, n in cov)))
+    for key in sorted({k for r in rows for k in r if k.startswith("err_")}):
+        vals = [r[key] <= ERR_OK for r in rows if key in r]
+        out[key] = (int(sum(vals)), len(vals))
+    return out
+
+
+def verdict(counts: dict[str, tuple[int, int]]) -> tuple[str, bool]:
+    """One line on which targets the cell meets, misses, or cannot tell yet; and whether to
+    run more seeds."""
+    miss, more = [], []
+    for key, (k, n) in counts.items():
+        target = TARGETS.get("err" if key.startswith("err_") else key)
+        if target is None or n == 0:
+            continue
+        v = judge(k, n, target)
+        if v == "miss":
+            miss.append(key)
+        elif v == "more":
+            need = seeds_to_decide(k, n, target)
+            more.append(f"{key} (~{need})" if need else f"{key} (>5000)")
+    parts = ([f"MISS {', '.join(miss)}"] if miss else []) + (
+        [f"more seeds: {', '.join(more)}"] if more else []
+    )
+    return ("; ".join(parts) or "consistent with every target"), bool(more)
+
+
+def summarise(cell: Cell, rows: list[dict], secs: float) -> dict:
+    """The cell's figures over its seeds, with counts and the verdict."""
+    keys = sorted({k for r in rows for k in r if k not in ("error", "cover_n")})
+    out: dict = {"cell": cell.name, "n": len(rows), "secs": secs}
     for k in keys:
         vals = [r[k] for r in rows if k in r]
         out[k] = float(np.median(vals)) if k.startswith("err_") else float(np.mean(vals))
     errors = [r["error"] for r in rows if "error" in r]
     if errors:
         out["first_error"] = errors[0]
+    out["counts"] = _counts(rows)
+    out["verdict"], out["undecided"] = verdict(out["counts"])
     return out
+
+
+def run_rows(cell: Cell, seeds: range, pool: ProcessPoolExecutor, oracle: bool) -> list[dict]:
+    return list(pool.map(run_seed, [cell] * len(seeds), seeds, [oracle] * len(seeds)))
 
 
 def _print(row: dict) -> None:
     keys = ["c_exact", "c_cover", "cover", "auto", "unsure", "break", "failed"]
+    keys += ["c_oracle", "c_thru"]
     errs = [k for k in row if k.startswith("err_")]
     parts = [f"{row['cell']:26s} n={row['n']:<3d}"]
     parts += [f"{k}={row[k]:.2f}" for k in keys if k in row]
     parts += [f"{k}={100 * row[k]:.1f}%" for k in errs]
     parts.append(f"({row['secs']:.0f} s)")
-    print("  ".join(parts), flush=True)
+    print("  ".join(parts) + f"  | {row['verdict']}", flush=True)
+    counts = [
+        f"{key} {k}/{n} [{lo:.2f}, {hi:.2f}]"
+        for key, (k, n) in row["counts"].items()
+        for lo, hi in [share_ci(k, n)]
+    ]
+    size = f"requests/sweep {row['requests']:,.0f} (top level {row['top_requests']:,.0f})"
+    print(f"    {size}; k/n [95% CI]: " + "  ".join(counts), flush=True)
     if "first_error" in row:
         print(f"    first error: {row['first_error']}", flush=True)
 
@@ -255,18 +377,50 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="7 cells, 8 seeds: a few minutes")
     ap.add_argument("--cells", nargs="*", help="cell names (default: the whole grid)")
+    ap.add_argument(
+        "--more",
+        type=int,
+        default=0,
+        help="rerun a cell whose verdict needs more seeds with this many seeds in all",
+    )
+    ap.add_argument(
+        "--scale", type=float, default=1.0, help="multiply every level's default length"
+    )
+    ap.add_argument(
+        "--open-loads",
+        type=lambda v: tuple(float(x) for x in v.split(",")),
+        default=OPEN_LOADS,
+        help="open levels as shares of the capacity c * mu (comma-separated)",
+    )
+    ap.add_argument(
+        "--oracle",
+        action="store_true",
+        help="M/M/c cells: also c_oracle (the fit's likelihood at the true mu) and c_thru "
+        "(overloaded throughput over the true mu)",
+    )
     ap.add_argument("--live", type=int, default=0, help="seeds of the live HTTP set")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    cells = _cells()
+    cells = [replace(c, scale=args.scale, loads=args.open_loads) for c in _cells()]
     names = args.cells or (QUICK if args.quick else [c.name for c in cells])
+    unknown = set(names) - {c.name for c in cells}
+    if unknown:
+        ap.error(f"--cells: unknown cell(s) {', '.join(sorted(unknown))}")
     seeds = 8 if args.quick and args.seeds == 20 else args.seeds
-    print(f"calibration: {len(names)} cells x {seeds} seeds (mu = {MU})", flush=True)
+    design = f"scale {args.scale:g}, open loads {','.join(f'{f:g}' for f in args.open_loads)}"
+    print(f"calibration: {len(names)} cells x {seeds} seeds (mu = {MU}; {design})", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         for cell in cells:
-            if cell.name in names:
-                _print(run_cell(cell, seeds, pool))
+            if cell.name not in names:
+                continue
+            started = time.perf_counter()
+            rows = run_rows(cell, range(seeds), pool, args.oracle)
+            row = summarise(cell, rows, time.perf_counter() - started)
+            _print(row)
+            if row["undecided"] and args.more > seeds:
+                rows += run_rows(cell, range(seeds, args.more), pool, args.oracle)
+                _print(summarise(cell, rows, time.perf_counter() - started))
     if args.live:
         live(args.live)
 
