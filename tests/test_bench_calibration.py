@@ -10,6 +10,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_calibration.py"
@@ -86,3 +87,13 @@ def test_one_seed_with_oracle_and_scale(bench):
     assert row["c_thru"] in (0.0, 1.0)
     summary = bench.summarise(cell, [row], 0.0)
     assert summary["counts"]["c_exact"] == (int(row["c_exact"]), 1)
+
+
+@pytest.mark.parametrize("name", ["mmc-open-c4-cv1", "mmc-closed-c4-cv1", "mmc-opencap-c4-cv1"])
+def test_request_level_c(bench, name):
+    # the path of requests in flight says c = 4 on a short seeded sweep; a closed client's next
+    # send at its previous end must not count as a fifth request in the system
+    cell = {c.name: c for c in bench._cells()}[name]
+    data = cell.simulate(1000)
+    assert bench.c_request_level(data, np.arange(1, 9)) == 4
+    assert bench.c_request_level(data, np.arange(1, 9), mu=bench.MU) == 4
