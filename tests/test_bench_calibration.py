@@ -42,11 +42,11 @@ def test_share_interval_is_clopper_pearson(bench):
 @pytest.mark.parametrize(
     ("k", "n", "target", "expected"),
     [
-        (20, 20, COVER, "more"),  # a true 95% interval covers 20 of 20 times with p = 0.36
+        (20, 20, COVER, "wide"),  # a true 95% interval covers 20 of 20 times with p = 0.36
         (19, 20, COVER, "ok"),
         (17, 20, COVER, "more"),  # 0.85, but [0.62, 0.97] still reaches 0.90
         (12, 20, COVER, "miss"),  # [0.36, 0.81] is below 0.90
-        (100, 100, COVER, "more"),  # [0.964, 1] still reaches 0.98
+        (100, 100, COVER, "wide"),  # [0.964, 1] still reaches 0.98
         (200, 200, COVER, "miss"),  # [0.982, 1]: too wide, shown
         (17, 20, AT_LEAST_90, "more"),
         (18, 20, AT_LEAST_90, "ok"),
@@ -68,9 +68,12 @@ def test_seeds_to_decide_all_covering(bench):
 def test_verdict_names_misses_and_undecided(bench):
     counts = {"c_exact": (6, 20), "cover": (20, 20), "auto": (20, 20), "c_oracle": (0, 20)}
     text, undecided = bench.verdict(counts)
-    assert text.startswith("MISS c_exact")
-    assert "more seeds: cover (~" in text
+    assert text.startswith("MISS: c_exact; wider than 0.98?: cover (~")
     assert "c_oracle" not in text  # an experiment, not a target
+    assert not undecided  # too wide is cautious: no rerun for it
+    text, undecided = bench.verdict({"c_cover": (16, 20), "break": (2, 20)})
+    assert text.startswith("more seeds: c_cover (~")
+    assert "break (~" in text
     assert undecided
     text, undecided = bench.verdict({"c_exact": (19, 20), "err_mu": (15, 20)})
     assert (text, undecided) == ("consistent with every target", False)
