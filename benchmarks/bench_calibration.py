@@ -324,7 +324,8 @@ def judge(k: int, n: int, target: tuple[float, float]) -> str:
         return "miss"
     if target[0] <= k / n <= target[1]:
         return "ok"
-    return "wide" if k / n > target[1] else "more"
+    # above a two-sided range (coverage) is cautious; above a ceiling (breaks) is not
+    return "wide" if k / n > target[1] and target[0] > 0 else "more"
 
 
 def seeds_to_decide(k: int, n: int, target: tuple[float, float]) -> int | None:

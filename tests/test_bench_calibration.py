@@ -52,6 +52,7 @@ def test_share_interval_is_clopper_pearson(bench):
         (18, 20, AT_LEAST_90, "ok"),
         (1, 20, (0.0, 0.05), "ok"),
         (5, 20, (0.0, 0.05), "miss"),
+        (1, 18, (0.0, 0.05), "more"),  # above a ceiling is never "too wide"
     ],
 )
 def test_judge(bench, k, n, target, expected):
