@@ -101,3 +101,11 @@ def test_request_level_c(bench, name):
     data = cell.simulate(1000)
     assert bench.c_request_level(data, np.arange(1, 9)) == 4
     assert bench.c_request_level(data, np.arange(1, 9), mu=bench.MU) == 4
+
+
+def test_requests_for_c(bench):
+    # sd(c) = c cv sqrt(2 / n) at the 90% rounding bound: n grows as (c cv)^2
+    n64 = bench.requests_for_c(64, 1.0)
+    assert 80_000 < n64 < 100_000
+    assert bench.requests_for_c(16, 1.0) == pytest.approx(n64 / 16, rel=0.01)
+    assert bench.requests_for_c(64, 0.05) == pytest.approx(n64 * 0.05**2, rel=0.01)
