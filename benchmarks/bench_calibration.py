@@ -392,10 +392,11 @@ def summarise(cell: Cell, rows: list[dict], secs: float) -> dict:
         and judge(k, n, TARGETS["c_exact"]) != "ok"
     ):
         need = requests_for_c(cell.c, cell.cv)
+        top = out["top_requests"]
         out["design"] = (
             f"c told from c +/- 1 in 90% of seeds needs ~{need:,} requests at an overloaded "
-            f"rate and as many below capacity; this design has {out['top_requests']:,.0f} at "
-            "its overloaded level"
+            f"rate and as many below capacity; this design has {top:,.0f} at its overloaded "
+            + ("level" if need > top else "level: enough, the shortfall is the estimator's")
         )
     return out
 
