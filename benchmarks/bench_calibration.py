@@ -25,11 +25,11 @@ with 20 seeds a true 95% interval covers 20 of 20 times with probability 0.36, a
 not clearly below 0.90. The verdict column says MISS for a target only when the interval
 excludes it (the median error: when fewer than half the seeds are within 5%, by the same
 test); a share outside its target whose interval still reaches it needs more seeds (about how
-many, if the share held, is shown), or, above a coverage range, may be too wide (cautious, not
-wrong: 20 of 20 is told from 0.98 only past ~183 seeds); the rest is consistent. ``--more N``
-reruns a cell that may be short of a target with N seeds in all (``--first-seed`` splits a long
-rerun). Twenty-odd cells times six targets: a few MISS verdicts at the 5% level are expected by
-chance alone.
+many, if the share held, is shown; for ``cover`` counted in intervals, seeds times parameters),
+or, above a coverage range, may be too wide (cautious, not wrong: 20 of 20 is told from 0.98
+only past ~183 seeds); the rest is consistent. ``--more N`` reruns a cell that may be short of
+a target with N seeds in all (``--first-seed`` splits a long rerun). Twenty-odd cells times six
+targets: a few MISS verdicts at the 5% level are expected by chance alone.
 
 What the data can say about c (``--oracle``, ``--scale K``, ``--open-loads``, ``--fit-only``):
 ``c_oracle`` is the fit's own likelihood at the true mu, ``c_thru`` the overloaded level's
