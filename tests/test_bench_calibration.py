@@ -85,10 +85,12 @@ def test_one_seed_with_oracle_and_scale(bench):
     cell = replace(cells["mmc-open-c4-cv1"], scale=0.5)
     full = cells["mmc-open-c4-cv1"].simulate(1000)
     assert len(cell.simulate(1000)) < 0.6 * len(full)  # scale shortens every level
-    row = bench.run_seed(cell, 0, oracle=True)
+    row = bench.run_seed(cell, 0, oracle=True, fit_only=True)
     assert row["failed"] == 0.0
     assert row["c_oracle"] in (0.0, 1.0)
     assert row["c_thru"] in (0.0, 1.0)
+    assert row["c_req"] in (0.0, 1.0)
+    assert "auto" not in row  # fit_only: no auto fit, no plan
     summary = bench.summarise(cell, [row], 0.0)
     assert summary["counts"]["c_exact"] == (int(row["c_exact"]), 1)
 
