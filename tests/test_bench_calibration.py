@@ -1,0 +1,113 @@
+"""The calibration benchmark's judgement: a share of seeds against a target, with its uncertainty.
+
+benchmarks/bench_calibration.py is a script, not part of the package: loaded from its path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_calibration.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_calibration", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+COVER = (0.90, 0.98)
+AT_LEAST_90 = (0.90, 1.0)
+
+
+def test_share_interval_is_clopper_pearson(bench):
+    lo, hi = bench.share_ci(20, 20)
+    assert hi == 1.0
+    assert lo == pytest.approx(0.025 ** (1 / 20), rel=1e-9)  # P(20 of 20 | p = lo) = 2.5%
+    lo, hi = bench.share_ci(0, 20)
+    assert lo == 0.0
+    assert hi == pytest.approx(1 - 0.025 ** (1 / 20), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "target", "expected"),
+    [
+        (20, 20, COVER, "wide"),  # a true 95% interval covers 20 of 20 times with p = 0.36
+        (19, 20, COVER, "ok"),
+        (17, 20, COVER, "more"),  # 0.85, but [0.62, 0.97] still reaches 0.90
+        (12, 20, COVER, "miss"),  # [0.36, 0.81] is below 0.90
+        (100, 100, COVER, "wide"),  # [0.964, 1] still reaches 0.98
+        (200, 200, COVER, "miss"),  # [0.982, 1]: too wide, shown
+        (17, 20, AT_LEAST_90, "more"),
+        (18, 20, AT_LEAST_90, "ok"),
+        (1, 20, (0.0, 0.05), "ok"),
+        (5, 20, (0.0, 0.05), "miss"),
+        (1, 18, (0.0, 0.05), "more"),  # above a ceiling is never "too wide"
+    ],
+)
+def test_judge(bench, k, n, target, expected):
+    assert bench.judge(k, n, target) == expected
+
+
+def test_seeds_to_decide_all_covering(bench):
+    # every seed covering is told from 0.98 once 0.025 ** (1 / n) > 0.98, at n = 183
+    need = bench.seeds_to_decide(20, 20, COVER)
+    assert 183 <= need <= 200
+    assert bench.judge(need, need, COVER) == "miss"
+
+
+def test_verdict_names_misses_and_undecided(bench):
+    counts = {"c_exact": (6, 20), "cover": (20, 20), "auto": (20, 20), "c_oracle": (0, 20)}
+    text, undecided = bench.verdict(counts)
+    assert text.startswith("MISS: c_exact; wider than 0.98?: cover (~")
+    assert "c_oracle" not in text  # an experiment, not a target
+    assert not undecided  # too wide is cautious: no rerun for it
+    text, undecided = bench.verdict({"c_cover": (16, 20), "break": (2, 20)})
+    assert text.startswith("more seeds: c_cover (~")
+    assert "break (~" in text
+    assert undecided
+    text, undecided = bench.verdict({"c_exact": (19, 20), "err_mu": (15, 20)})
+    assert (text, undecided) == ("consistent with every target", False)
+
+
+def test_one_seed_with_oracle_and_scale(bench):
+    cells = {c.name: c for c in bench._cells()}
+    cell = replace(cells["mmc-open-c4-cv1"], scale=0.5)
+    full = cells["mmc-open-c4-cv1"].simulate(1000)
+    assert len(cell.simulate(1000)) < 0.6 * len(full)  # scale shortens every level
+    row = bench.run_seed(cell, 0, oracle=True, fit_only=True)
+    assert row["failed"] == 0.0
+    assert row["c_oracle"] in (0.0, 1.0)
+    assert row["c_thru"] in (0.0, 1.0)
+    assert row["c_req"] in (0.0, 1.0)
+    assert "auto" not in row  # fit_only: no auto fit, no plan
+    summary = bench.summarise(cell, [row], 0.0)
+    assert summary["counts"]["c_exact"] == (int(row["c_exact"]), 1)
+
+
+@pytest.mark.parametrize("name", ["mmc-open-c4-cv1", "mmc-closed-c4-cv1", "mmc-opencap-c4-cv1"])
+def test_request_level_c(bench, name):
+    # the path of requests in flight says c = 4 on a short seeded sweep; a closed client's next
+    # send at its previous end must not count as a fifth request in the system
+    cell = {c.name: c for c in bench._cells()}[name]
+    data = cell.simulate(1000)
+    assert bench.c_request_level(data, np.arange(1, 9)) == 4
+    assert bench.c_request_level(data, np.arange(1, 9), mu=bench.MU) == 4
+
+
+def test_requests_for_c(bench):
+    # sd(c) = c cv sqrt(2 / n) at the 90% rounding bound: n grows as (c cv)^2
+    n64 = bench.requests_for_c(64, 1.0)
+    assert 80_000 < n64 < 100_000
+    assert bench.requests_for_c(16, 1.0) == pytest.approx(n64 / 16, rel=0.01)
+    assert bench.requests_for_c(64, 0.05) == pytest.approx(n64 * 0.05**2, rel=0.01)
