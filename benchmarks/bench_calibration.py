@@ -4,7 +4,8 @@ Every cell is a known station run through an exact discrete-event simulation of 
 design llmlat uses (``llmlat._synth``: each level starts empty, default level lengths, no warmup,
 so the start-up transient is in the data; no HTTP; batching cells stream, with the simulator's
 token timing, so the fit sees each request's inter-token latency, except the ``-plain`` cell,
-which has latency only). Each seed is fitted with the station's model
+which has latency only; each batching level ends with its drain, the last requests decoding in
+a shrinking batch, as a sweep's closed level does). Each seed is fitted with the station's model
 (``mmc`` or ``batch``) and with ``model="auto"``, then planned for a p95 target. Per cell:
 
 - ``c_exact``: share of fits whose integer (c, or slots) is the truth
@@ -102,6 +103,7 @@ class Cell:
                     n=round(self.scale * (default_length("concurrency", n)[0] or 0)),
                     seed=seed * 1000 + n,
                     warmup=0,
+                    drain=True,  # a sweep's closed level ends as its last requests finish
                 )
                 for n in self.levels()
             ]
