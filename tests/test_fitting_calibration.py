@@ -213,3 +213,15 @@ def test_a_closed_level_past_c_has_the_variance_littles_law_gives():
     assert np.mean(vifs) < 0.8 * model  # what the batch means said
     floored = _closed_vif(obs, [{"c": C, "mu": MU, "think_s": 0.0}])
     assert floored is not None and floored.levels["vif"].iloc[0] == pytest.approx(model)
+
+
+def test_an_overloaded_levels_throughput_counts_with_the_service_cv():
+    # near-constant service (cv 0.05): c busy servers complete almost like clockwork, so an
+    # overloaded open level's throughput pins the capacity far closer than a Poisson count
+    # would; weighted as Poisson it left c = 17 for 16 ([16, 18], and [17, inf] missing 16)
+    c = 16
+    rates = [f * c * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    for seed in (1001, 1019):
+        res = llmlat.fit(mgc_sweep("rate", rates, MU, c, cv_s=0.05, seed=seed), model="mmc")
+        lo, hi = res.conf_int().loc["c"]
+        assert res.params["c"] == c and lo <= c <= hi < 2 * c, (seed, lo, hi)

@@ -75,7 +75,10 @@ class _Problem:
         else:
             x = obs.levels["throughput_rps"].to_numpy(dtype=np.float64)[flag]
             n = np.fmax(obs.levels["n"].to_numpy(dtype=np.float64)[flag], 1.0)
-            self.x_over, self.se_over = x, x / np.sqrt(n)
+            # c busy servers complete a renewal process: the count's variance is n cv^2
+            # (Poisson only for exponential service), plus one completion at the window's edge
+            cv = fixed.get("cv_s", 1.0)
+            self.x_over, self.se_over = x, x * np.sqrt(cv**2 / n + 1.0 / n**2)
             self.lam_over = obs.levels["level"].to_numpy(dtype=np.float64)[flag]
         if len(self.obs.levels) == 0:
             raise ValueError(
