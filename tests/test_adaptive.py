@@ -8,6 +8,8 @@ at a time, the record in meta and the saved sidecar, the fit) against the HTTP s
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 import llmlat
@@ -177,7 +179,11 @@ def test_auto_rate_against_the_simulator():
     )
     meta = result.meta["adaptive"]
     assert result.level_kind == "rate"
-    assert meta["growth_levels"][:3] == [40, 80, 160]
+    # doubling at least: faster while a level holds under half a request in flight, which a
+    # 0.4 s level's few latencies decide (one run measured 0.25 at 40/s and grew to 80.8)
+    growth = meta["growth_levels"]
+    assert growth[0] == 40 and len(growth) >= 3
+    assert all(b >= 1.99 * a for a, b in itertools.pairwise(growth))
     # past capacity at 320/s (or, on a busy machine, at the request budget before it)
     assert meta["stopped_by"] in ("capacity", "max_requests")
     assert 100 < meta["knee"] < 300
