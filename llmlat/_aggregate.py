@@ -214,6 +214,7 @@ def _from_requests(
     else:
         table["tokens_mean"] = np.nan
     table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
+    itl_times = None
     if "itl_mean_s" in req:  # streamed: the decode step time of each level
         itl = pd.to_numeric(req["itl_mean_s"], errors="coerce")
         itl = itl.to_numpy(np.float64, na_value=np.nan)
@@ -265,10 +266,18 @@ def _from_requests(
     tok = _mean_col(req, "completion_tokens", ok)
     ptok = _mean_col(req, "prompt_tokens", ok)
     obs = Observed(
-        kind, metric, table, think, tok, ptok, times, notes, dropped=dropped, system_k=system_k
+        kind,
+        metric,
+        table,
+        think,
+        tok,
+        ptok,
+        times,
+        notes,
+        dropped=dropped,
+        system_k=system_k,
+        itl_times=itl_times,
     )
-    if "itl_s" in table:
-        obs.itl_times = itl_times
     if "completion_tokens" in req and tok > 0:
         lengths = pd.to_numeric(req["completion_tokens"], errors="coerce").to_numpy(
             np.float64, na_value=np.nan

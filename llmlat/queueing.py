@@ -1224,7 +1224,7 @@ def _mmck_refusal_vif(lam: np.ndarray, mu: float, c: int, k: int) -> np.ndarray:
         p = pi[-1]
         if not 0.0 < p < 1.0 or rate <= 0:
             continue
-        gen = np.diag(np.r_[np.full(k, rate), 0.0][:-1], 1) + np.diag(down[1:], -1)
+        gen = np.diag(np.full(k, rate), 1) + np.diag(down[1:], -1)
         gen -= np.diag(gen.sum(axis=1))
         f = np.where(n == k, rate, 0.0)
         ft = f - pi @ f

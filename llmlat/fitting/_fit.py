@@ -127,11 +127,7 @@ def _open_vif(obs: Observed, ps: list[dict]) -> Observed | None:
         refusals = bool(np.any(floor > 1.2 * had))
     if not refusals and np.all(new <= 1.2 * np.where(np.isfinite(vif), vif, 1.0)):
         return None
-    grow = np.sqrt(new / np.where(np.isfinite(vif) & (vif > 0), vif, 1.0))
-    for col in [c for c in levels if c.startswith("se_")]:
-        levels[col] = levels[col] * grow
-    levels["vif"] = new
-    return replace(obs, levels=levels)
+    return _inflated(obs, levels, vif, new)
 
 
 def _closed_vif(obs: Observed, ps: list[dict]) -> Observed | None:
@@ -158,10 +154,16 @@ def _closed_vif(obs: Observed, ps: list[dict]) -> Observed | None:
     vif = np.where(np.isfinite(vif), vif, 1.0)
     if np.all(model <= 1.2 * vif):
         return None
-    new = np.fmax(vif, model)
-    levels = obs.levels.copy()
-    grow = np.sqrt(new / np.where(vif > 0, vif, 1.0))
-    for col in [col for col in levels if col.startswith("se_")]:
+    return _inflated(obs, obs.levels.copy(), vif, np.fmax(vif, model))
+
+
+def _inflated(obs: Observed, levels: pd.DataFrame, vif: np.ndarray, new: np.ndarray) -> Observed:
+    """Return ``obs`` with ``levels``, their standard errors grown from ``vif`` to ``new``.
+
+    ``new`` is the variance-inflation floor of :func:`_open_vif` or :func:`_closed_vif`.
+    """
+    grow = np.sqrt(new / np.where(np.isfinite(vif) & (vif > 0), vif, 1.0))
+    for col in [c for c in levels if c.startswith("se_")]:
         levels[col] = levels[col] * grow
     levels["vif"] = new
     return replace(obs, levels=levels)
