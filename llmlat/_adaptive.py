@@ -153,9 +153,10 @@ def level_outcome(
     row = summarize(requests, attempts).iloc[0]
     phase = stats.phases(requests)
     start, end = stats.row_times(requests)
+    kind = requests["level_kind"].iloc[0]
     x, low, high = stats.throughput_interval(
         start, end, stats.ok_mask(requests), phase == "transient", phase != "warmup",
-        min_batch=stats.level_batch(requests["level_kind"].iloc[0], value),
+        min_batch=stats.level_batch(kind, value), clients=stats.closed_clients(kind, value),
     )  # fmt: skip
     done = np.isfinite(start) & np.isfinite(end)
     wall = float(end[done].max() - start[done].min()) if done.any() else math.nan

@@ -410,19 +410,22 @@ def queue_cap(
 
 
 def _throughput(req: pd.DataFrame, phase: np.ndarray) -> pd.Series:
-    """Per level: :func:`llmlat.stats.throughput`, the summary's steady-window rate.
+    """Per level: :func:`llmlat.stats.throughput`, the summary's rate.
 
     One definition for the summary table and the fit; several runs of one level are averaged.
     """
     start, end = stats.row_times(req)
     ok = stats.ok_mask(req)
+    kinds = req["level_kind"].astype("string") if "level_kind" in req else None
     keys = [k for k in ("run_id", "level") if k in req]
     rates: dict[float, list[float]] = {}
     for key, idx in req.groupby(keys, sort=False, dropna=False).indices.items():
         level = float(key[-1] if isinstance(key, tuple) else key)
+        kind = None if kinds is None or kinds.iloc[idx[0]] is pd.NA else str(kinds.iloc[idx[0]])
         x = stats.throughput(
-            start[idx], end[idx], ok[idx], phase[idx] == "transient", phase[idx] != "warmup"
-        )[0]
+            start[idx], end[idx], ok[idx], phase[idx] == "transient", phase[idx] != "warmup",
+            clients=stats.closed_clients(kind, level),
+        )[0]  # fmt: skip
         rates.setdefault(level, []).append(x)
     return pd.Series({k: float(np.mean(v)) for k, v in rates.items()})
 

@@ -19,10 +19,10 @@ Definitions (per level; warmup rows are left out unless asked for):
 - ``n_transient``: measured rows in the level's start-up transient (:mod:`llmlat.stats`: the
   first N completions of a closed level of N > 1 clients, MSER-5 on an open level). They count
   in ``n`` and the rates above, never in the latency statistics below.
-- ``throughput_rps``: the completion rate in the level's steady window
-  (:func:`llmlat.stats.throughput`: from the end of the transient to the last send, ok
-  completions of every phase over its length; over the whole span, biased low by fill and
-  drain, when the window is too short). ``output_tokens_per_s``: ``completion_tokens`` of the
+- ``throughput_rps``: the level's ok completion rate (:func:`llmlat.stats.throughput`: a closed
+  level's by Little's law over its middle rounds, an open level's in its steady window, from
+  the end of the transient to the last send; over the whole span, biased low by fill and
+  drain, when the level is too short). ``output_tokens_per_s``: ``completion_tokens`` of the
   same completions over the same time (NaN if any lacks the count: an undercount would be a
   silent guess).
 - ``target_rate_rps``: the level of a ``rate`` sweep. ``achieved_rate_rps``: sends per second,
@@ -407,9 +407,10 @@ def _level_stats(
     w_cut = (every["_phase"] == "transient").to_numpy(bool)
     w_measured = ((every["_phase"] == "warmup") == (phase == "warmup")).to_numpy(bool)
     w_measured = w_measured | (phase is None)
-    rps, windowed = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured)
+    closed = {"clients": _stats.closed_clients(kind, key["level"])}
+    rps, windowed = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, **closed)
     tokens = _column(every, "completion_tokens")
-    tps = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, tokens)[0]
+    tps = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, tokens, **closed)[0]
     stats: dict[str, Any] = {
         **key,
         "level_kind": kind,
@@ -462,6 +463,7 @@ def _slo_stats(
         measured | (phase is None),
         weights=every["_meets"].to_numpy(np.float64),
         min_batch=batch,
+        clients=_stats.closed_clients(key.get("level_kind"), key["level"]),
     )
     return {
         "slo_attainment": share,

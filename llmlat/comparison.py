@@ -11,8 +11,9 @@ window):
 
 - p50 / p95: order-statistic intervals of the ok latencies, widened by the batch-means variance
   inflation of the level (:func:`llmlat.stats.quantile_interval_ordered`);
-- throughput: batch means over equal sub-windows of the steady window, never narrower than a
-  Poisson count's interval (:func:`llmlat.stats.throughput_interval`);
+- throughput: a closed level's by Little's law over its middle rounds, an open level's by batch
+  means over equal sub-windows of the steady window, never narrower than a Poisson count's
+  interval (:func:`llmlat.stats.throughput_interval`);
 - 429 share (requests whose final answer was a 429): Wilson's interval on the batch-means
   effective sample size (:func:`llmlat.stats.proportion_interval`).
 
@@ -126,7 +127,7 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
         measured = ph != "warmup"
         est = _stats.throughput_interval(
             start[idx], end[idx], ok[idx], ph == "transient", measured, confidence,
-            min_batch=batch,
+            min_batch=batch, clients=_stats.closed_clients(kind, level),
         )  # fmt: skip
         rows.append((kind, level, "throughput_rps", *est, int((ok[idx] & measured).sum())))
         hits = refused[idx][measured]

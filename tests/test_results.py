@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import llmlat
+from llmlat import stats
 from llmlat._summary import SUMMARY_COLUMNS, summarize
 from llmlat.results import DatasetWriter, SweepResult, read
 from llmlat.schema import (
@@ -78,9 +79,12 @@ def test_percentiles_and_means_match_hand_computed_values():
         for stat, value in expected.items():
             assert row[f"{name}_{stat}_s"] == pytest.approx(value * scale, rel=1e-12)
     assert row["span_s"] == pytest.approx(5151.0)  # 1 + 2 + ... + 101
-    # steady window: first end (latencies[0]) to last start (5151 - latencies[100]), 99 ends
-    window = 5151 - latencies[0] - latencies[100]
-    assert row["throughput_rps"] == pytest.approx(99 / window)
+    # Little's law with one client: the 100 requests before the last send over their latencies
+    # (one in flight throughout), less the ratio's bias: their mean's relative variance
+    mean, se, _ = stats.batch_means(latencies[:100])
+    assert row["throughput_rps"] == pytest.approx(
+        100 / (5151 - latencies[100]) * (1 - (se / mean) ** 2)
+    )
     assert row["mean_in_flight"] == pytest.approx(1.0)
 
 

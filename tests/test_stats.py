@@ -104,3 +104,53 @@ def test_quantile_interval_is_scipys_quantile_test_interval():
         est, low, high = stats.quantile_interval(x, q)
         ci = quantile_test(x, q=est, p=q).confidence_interval(0.95)
         np.testing.assert_allclose([low, high], [ci.low, ci.high], equal_nan=True)
+
+
+def _closed_throughput_errors(frames, truth: float, n_clients: int) -> tuple[float, float]:
+    """Mean relative error of a closed level's throughput, and its interval's coverage."""
+    errors, hits = [], []
+    for frame in frames:
+        start, end = stats.row_times(frame)
+        ok = stats.ok_mask(frame)
+        cut = stats.transient_mask("concurrency", n_clients, start, end, end - start, ok)
+        x, low, high = stats.throughput_interval(
+            start, end, ok, cut, ok, min_batch=n_clients, clients=n_clients
+        )
+        errors.append(x / truth - 1)
+        hits.append(low <= truth <= high)
+    return float(np.mean(errors)), float(np.mean(hits))
+
+
+@pytest.mark.parametrize("servers", [1, 16])
+def test_a_short_closed_levels_throughput_is_unbiased_and_its_interval_covers(servers):
+    # the demo's length at 10 clients: 30 requests, three rounds (one start-up, one drain).
+    # The completions over the window from the first round's end to the last send ran +14%
+    # on one server (m completions over m gaps: m / (m - 1)) and -33% on 16, where the window
+    # was too short and the whole span's fill and drain were counted (coverage 0.30)
+    from llmlat._synth import mgc_sweep
+    from llmlat.queueing import closed_mmc
+
+    truth = float(closed_mmc([10], 1.0, servers)["throughput_rps"].iloc[0])
+    frames = [mgc_sweep("concurrency", [10], 1.0, servers, seed=s, length=0.3) for s in range(200)]
+    assert len(frames[0]) == 30
+    bias, cover = _closed_throughput_errors(frames, truth, 10)
+    # relative sd per level ~0.3-0.4: the mean of 200 has a standard error of ~0.025
+    assert abs(bias) < 0.06
+    assert 0.90 <= cover <= 0.99
+
+
+def test_a_short_closed_level_on_a_batching_server_is_unbiased():
+    # 20 clients on 32 slots for 60 requests: near-constant service started in step, and a
+    # drain that decodes the last requests faster. The old window ran -7%
+    from llmlat._synth import batch_closed_requests
+
+    long = batch_closed_requests([20], 32, 0.02, 0.0055, 32, 5000, seed=99, warmup=0)
+    ends = np.sort(long["t_end"].to_numpy())
+    truth = 2500 / (ends[3750] - ends[1250])  # the middle half of a long level
+    frames = [
+        batch_closed_requests([20], 32, 0.02, 0.0055, 32, 60, seed=s, warmup=0, drain=True)
+        for s in range(100)
+    ]
+    bias, cover = _closed_throughput_errors(frames, truth, 20)
+    assert abs(bias) < 0.03  # relative sd per level ~0.07: standard error ~0.007
+    assert cover >= 0.9
