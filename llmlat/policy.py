@@ -12,9 +12,9 @@ design and reports, per design and level:
   the provider: the extra load the design creates;
 - ``rate_limited_rate``: requests whose final answer was a 429 (lost to the user), and
   ``attempt_429_rate``: attempts answered 429 (how hard the provider had to push back);
-- ``goodput_rps`` (ok completions per second in the steady window) and the latency p50 / p95 of
-  answered requests, counted from the scheduled send (so a client-side wait is latency too),
-  p95 with its interval (:func:`llmlat.stats.quantile_interval_ordered`).
+- ``goodput_rps`` (ok completions per second, the summary's ``throughput_rps``) and the latency
+  p50 / p95 of answered requests, counted from the scheduled send (so a client-side wait is
+  latency too), p95 with its interval (:func:`llmlat.stats.quantile_interval_ordered`).
 
 Every design is a set of sweep options (:class:`~llmlat.config.SweepConfig` fields: the retry
 policy, ``max_in_flight``, ``client_rpm``): :func:`designs` gives the standard ones.
