@@ -23,13 +23,13 @@ one at a time; each is chosen from what the levels before it measured.
 
 2. **Find the knee.** Closed loop: Kleinrock's saturation point ``N* = X_max (W_1 + Z)``, the
    most throughput measured times a lone request's cycle (its latency at one client plus the
-   think time), the cycle taken by Little's law as ``1 / X_1`` (one client's throughput, over
-   the same steady window as ``X_max``, so a slow first request, e.g. a cold prompt cache, does
-   not move it): below ``N*`` requests rarely wait, above it throughput stays at capacity (for
-   ``c`` exponential servers ``N* = c``). ``X_max`` pools the levels on the plateau (the last
-   level that grew and those after it, not clearly below the best), as the largest of several
-   noisy rates is biased high; when growth stopped for another reason it is the most measured,
-   and the knee a lower bound. Open loop:
+   think time), the cycle taken by Little's law as ``1 / X_1`` (one client's throughput,
+   measured as ``X_max`` is, past the first round, so a slow first request, e.g. a cold prompt
+   cache, does not move it): below ``N*`` requests rarely wait, above it throughput stays at
+   capacity (for ``c`` exponential servers ``N* = c``). ``X_max`` pools the levels on the
+   plateau (the last level that grew and those after it, not clearly below the best), as the
+   largest of several noisy rates is biased high; when growth stopped for another reason it is
+   the most measured, and the knee a lower bound. Open loop:
    the capacity ``lambda*``, the throughput of the levels served clearly less than offered
    (the most throughput measured when none was).
 

@@ -40,7 +40,7 @@ Definitions (per level; warmup rows are left out unless asked for):
   their mean latency. Near 0 in a steady state; large when the queue grows or drains.
 - ``steady``: the level reached a steady state, by three checks that must all pass:
   enough data (``n >= max(20, 3 * population)``, the population being the concurrency of a
-  ``concurrency`` level and the mean number in flight otherwise, and a steady window long
+  ``concurrency`` level and the mean number in flight otherwise, and a steady part long
   enough for the throughput); a constant completion rate
   (completions in the two halves of the time between the first and last end differ by at most
   10% plus two Poisson standard deviations); and no latency drift (the median latency of the
@@ -67,9 +67,10 @@ With an SLO (``slo={"ttft_s": ..., "itl_s": ..., "latency_s": ...}``, see
   every bound, with ``slo_attainment_low``/``_high``, a Wilson interval on the effective number
   of requests (:func:`llmlat.stats.proportion_interval`: runs of misses count as fewer draws).
 - ``goodput_rps``: requests meeting the SLO completed per second, counted like
-  ``throughput_rps`` (same steady window), with ``goodput_low_rps``/``goodput_high_rps`` by
-  batch means over sub-windows, never narrower than a Poisson count's
-  (:func:`llmlat.stats.throughput_interval` with weights).
+  ``throughput_rps`` (same requests or steady window), with ``goodput_low_rps``/
+  ``goodput_high_rps`` (:func:`llmlat.stats.throughput_interval` with weights: a closed
+  level's from the relative variance of its rate and of the share meeting the SLO, an open
+  level's by batch means over sub-windows, never narrower than a Poisson count's).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ __all__ = ["COMPARE_COLUMNS", "METRICS", "compare_fits", "compare_runs", "level_
 METRICS = {
     "latency_p50_s": "median latency of ok requests, seconds",
     "latency_p95_s": "95th-percentile latency of ok requests, seconds",
-    "throughput_rps": "ok completions per second in the steady window",
+    "throughput_rps": "ok completions per second",
     "rate_limited_rate": "share of requests whose final answer was a 429",
 }
 _QUANTILE = {"latency_p50_s": 0.5, "latency_p95_s": 0.95}

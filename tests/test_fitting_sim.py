@@ -55,7 +55,7 @@ def test_sweep_then_fit_recovers_c_and_mu(c, mu, levels):
     assert res.params["mu"] == pytest.approx(mu, rel=0.05)
     lv = res.levels
     x = lv["throughput_rps"].to_numpy()
-    # the steady-window throughput obeys Little's law, N = X * R (no think time), at every level
+    # the throughput obeys Little's law, N = X * R (no think time), at every level
     summary = result.summary().set_index("level")
     r = summary.loc[lv.index, "latency_mean_s"].to_numpy()
     assert x * r == pytest.approx(lv.index.to_numpy(dtype=float), rel=0.05)
