@@ -225,3 +225,33 @@ def test_an_overloaded_levels_throughput_counts_with_the_service_cv():
         res = llmlat.fit(mgc_sweep("rate", rates, MU, c, cv_s=0.05, seed=seed), model="mmc")
         lo, hi = res.conf_int().loc["c"]
         assert res.params["c"] == c and lo <= c <= hi < 2 * c, (seed, lo, hi)
+
+
+@pytest.mark.parametrize("c, seeds", [(16, (1018, 1019)), (64, (1000,))])
+def test_a_capped_level_past_capacity_counts_by_its_throughput(c, seeds):
+    # bench_calibration's mmc-opencap seeds with near-constant service whose c came out wrong:
+    # the level at 120% load was fitted by its refused share at the nominal rate, which carries
+    # the arrivals' Poisson noise (c16: 17 in [16, 18]; c64: 63 in [62, 69]); its throughput,
+    # 64 servers' clockwork, pins c
+    rates = [f * c * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    for seed in seeds:
+        data = mgc_sweep("rate", rates, MU, c, cv_s=0.05, queue_cap=2 * c, seed=seed)
+        res = llmlat.fit(data, model="mmc")
+        lo, hi = res.conf_int().loc["c"]
+        assert res.params["c"] == c and lo <= c <= hi, (seed, res.params["c"], lo, hi)
+
+
+def test_a_capped_queue_of_near_constant_service_has_the_simulated_p95():
+    # past capacity the queue stays near full, so an admitted request waits about the whole
+    # buffer's spells, not an exponential time of that mean (which put this p95 at 3.2 s)
+    c, cap = 16, 32
+    p = {"mu": MU, "c": c, "k_sys": c + cap, "cv_s": 0.05}
+    for load in (0.9, 1.2):
+        lam = load * c * MU
+        times = []
+        for seed in range(3):
+            data = mgc_sweep("rate", [lam], MU, c, cv_s=0.05, queue_cap=cap, seed=seed, length=3)
+            t = data.loc[data["ok"], "latency_s"].to_numpy()
+            times.append(t[len(t) // 3 :])  # past the fill
+        simulated = np.quantile(np.concatenate(times), 0.95)
+        assert _mmck_quantile(0.95, np.array([lam]), p)[0] == pytest.approx(simulated, rel=0.05)
