@@ -255,3 +255,16 @@ def test_a_capped_queue_of_near_constant_service_has_the_simulated_p95():
             times.append(t[len(t) // 3 :])  # past the fill
         simulated = np.quantile(np.concatenate(times), 0.95)
         assert _mmck_quantile(0.95, np.array([lam]), p)[0] == pytest.approx(simulated, rel=0.05)
+
+
+def test_a_level_past_capacity_cut_short_by_its_start_up_is_named():
+    # bench_calibration's mmc-opencap-c64-cv1 seed 1: a queue of 128 filling at 120% load
+    # refused its first request at the level's end, leaving 1 steady request of 1,523: no
+    # bound on c, and "no saturation reached" where the level was clearly saturated
+    c = 64
+    rates = [f * c * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    data = mgc_sweep("rate", rates, MU, c, queue_cap=2 * c, seed=1001)
+    with pytest.raises(ValueError, match=r"level 153\.6 was past capacity") as err:
+        llmlat.fit(data, model="mmc")
+    assert "only 1 of its 1,523 requests" in str(err.value)
+    assert "no saturation reached" not in str(err.value)

@@ -11,6 +11,7 @@ from statsmodels.base.model import GenericLikelihoodModel
 
 from llmlat._aggregate import _SHORT, _SIGMAS, Observed, _short, latency_levels
 from llmlat._models import _DIFFUSE, Model
+from llmlat.stats import MIN_WINDOW_SHARE
 
 _LOG2PI = np.log(2 * np.pi)
 #: A batching level past the slot cap shows its queue when the wait grew by this share of its
@@ -734,6 +735,13 @@ def _check_saturation(model: Model, obs: Observed, cache: dict, hi: int) -> None
     if cache[hi][1] >= cache[best][1] - 1.92:
         lv = obs.levels["level"]
         what = "concurrency" if obs.kind == "concurrency" else "request rate"
+        cut = _cut_short(obs)
+        if cut:
+            raise ValueError(
+                f"level: no capacity measured: {cut}; the other levels do not bound the "
+                "number of servers c. Measure that level longer, so that it holds a steady "
+                "part at least as long as its start-up"
+            )
         raise ValueError(
             f"level: no saturation reached between {lv.min():g} and {lv.max():g} "
             f"({obs.kind}); the number of servers c is not bounded by the data. Measure at a "
@@ -806,3 +814,28 @@ def _inverse_curvature(
     cov = np.full((len(theta), len(theta)), np.nan)
     cov[np.ix_(keep, keep)] = sub
     return cov
+
+
+def _cut_short(obs: Observed) -> str:
+    """Describe an overloaded level whose start-up transient left (almost) no steady part.
+
+    Its throughput is then taken over its whole span, fill and drain included, with the
+    weight of its few steady requests: past capacity, yet no bound on it (a queue of 128
+    places filling at 120% load on 64 servers: 1 steady request of 1,523). '' if none.
+    """
+    lv = obs.levels
+    if "overloaded" not in lv or "n_sent" not in lv:
+        return ""
+    short = lv["overloaded"].to_numpy(bool) & (
+        lv["n"].to_numpy(dtype=np.float64)
+        < MIN_WINDOW_SHARE * lv["n_sent"].to_numpy(dtype=np.float64)
+    )
+    if not short.any():
+        return ""
+    row = lv[short].iloc[-1]
+    return (
+        f"level {row['level']:g} was past capacity (served {row['throughput_rps']:.3g} of "
+        f"{_offered(lv[short])[-1]:.3g} req/s offered), but only {row['n']:.0f} of its "
+        f"{row['n_sent']:,.0f} requests came after its start-up transient (its queue was "
+        "still filling), too few for its throughput to bound the capacity"
+    )
