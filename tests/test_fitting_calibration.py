@@ -268,3 +268,16 @@ def test_a_level_past_capacity_cut_short_by_its_start_up_is_named():
         llmlat.fit(data, model="mmc")
     assert "only 1 of its 1,523 requests" in str(err.value)
     assert "no saturation reached" not in str(err.value)
+
+
+def test_a_closed_level_of_near_constant_service_gets_the_little_floor():
+    # bench_calibration's mmc-closed-c16-cv0.05 seed 7: batch means saw about half of the
+    # levels' variance past c, and mu's interval [1.9901, 1.9999] missed 2
+    c = 16
+    levels = [1, 2, 4, 8, 16, 24, 32, 48]
+    res = llmlat.fit(mgc_sweep("concurrency", levels, MU, c, cv_s=0.05, seed=1007), model="mmc")
+    lo, hi = res.conf_int().loc["mu"]
+    assert res.params["c"] == c and lo <= MU <= hi, (lo, hi)
+    obs = observe(mgc_sweep("concurrency", [48], MU, c, cv_s=0.05, seed=1), "latency", None, None)
+    floored = _closed_vif(obs, [{"c": c, "mu": MU, "think_s": 0.0, "cv_s": 0.05}])
+    assert floored is not None and floored.levels["vif"].iloc[0] == pytest.approx(48**2 / 288)
