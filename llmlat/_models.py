@@ -81,10 +81,11 @@ def _mgck_states(lam: np.ndarray, p: dict) -> np.ndarray:
 def _mmck_waits(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Behind a queue cap, per arrival rate: how an admitted request waits.
 
-    Returns ``(waits, mean, var)``: ``waits[i, j]`` the probability that an admitted request
-    at rate ``lam[i]`` waits for j departures (j = 0: served at once), with the M/M/c/K
-    states (:func:`_mgck_states`), and the wait's mean and variance given j. It waits j - 1
-    whole service spells of c servers and the residual of the first, ``(1 + cv^2) / 2`` of a
+    Returns ``(waits, mean, var)``: ``waits[i, n]`` the probability that an admitted request
+    at rate ``lam[i]`` finds n in the system and waits (0 for n < c, served at once), with the
+    states of :func:`_mgck_states`, and the wait's mean and variance given n. It waits for
+    j = n - c + 1 departures: j - 1 whole service spells of c servers and the residual of the
+    first, ``(1 + cv^2) / 2`` of a
     spell for a service law of CV cv (exact for exponential service); the spells' variance is
     ``cv^2`` each (departures of c busy servers), the residual's that of a share
     ``(1 + 2 cv^2) / 3`` of its mean squared (1 exponential, 1/3 uniform as for constant

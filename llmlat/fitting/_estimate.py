@@ -476,8 +476,9 @@ _BINS = 2000
 
 #: Variance of the completions a window of c busy near-constant servers counts, per server,
 #: beyond the renewal count's (times 1 - cv^4): the window's ends cut each server's cycle at
-#: its own phase. Measured on the exact simulation at 120% load: 0.18 at c = 16, 0.3 at c = 64
-#: (60 seeds each; the window opens at the first refusal, when no server has just finished).
+#: its own phase. Measured on the exact simulation at 120% load (cv 0.05, 30-60 seeds): 0.18
+#: at c = 16 behind a cap, 0.31 at c = 64 without one and 0.44 behind one (the window opens
+#: at the first refusal, when no server has just finished).
 _EDGE = 0.25
 
 
@@ -486,8 +487,8 @@ def _throughput_se(x: np.ndarray, n: np.ndarray, cv: float, busy: np.ndarray) ->
 
     c busy servers complete a renewal process: the count's variance is ``n cv^2`` (Poisson
     only for exponential service). Each server adds its phase at the window's two ends, about
-    ``(1 - cv^4) / 4`` (:data:`_EDGE`: the stationary renewal count's constant is
-    ``(1 - cv^4) / 12`` for a gamma law; the window's own ends add to it), which for
+    ``(1 - cv^4) / 4`` (:data:`_EDGE`, measured; 0 for exponential service, whose count is
+    Poisson over any window), which for
     near-constant service at c = 64 outweighs the renewal term tenfold; ``busy`` estimates c
     (throughput times the lightest level's mean time), so the error does not move with the
     profiled c; plus one completion at the edge.
