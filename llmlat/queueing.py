@@ -495,11 +495,25 @@ def closed_mgc_response_quantile(
     nc = np.atleast_1d(np.asarray(n_clients)).astype(np.int64)
     seen = closed_arrival_distribution(nc, think_s, _mmc_rate(mu, c))
     j = np.clip(np.arange(seen.shape[1]) - c + 1, 0, None).astype(np.float64)
-    waits = seen * (j > 0)
+    mean = j / (c * mu)
+    return _queued_gamma_quantile(
+        float(q), seen * (j > 0), mean, mean**2 * cv_s**2 / np.fmax(j, 1.0), mu, cv_s
+    )
+
+
+def _queued_gamma_quantile(
+    q: float, waits: np.ndarray, mean: np.ndarray, var: np.ndarray, mu: float, cv_s: float
+) -> np.ndarray:
+    """Quantiles of a response time that waits for j departures with probability ``waits[:, j]``.
+
+    ``mean[j]`` and ``var[j]`` are the wait's moments given j. Served at once (probability
+    ``1 - waits.sum(axis=1)``) the time is the service law, gamma with mean ``1 / mu`` and CV
+    ``cv_s``; a request that waits is taken as a gamma law with the mean and variance of the
+    mixture of its wait plus a service. One row per level.
+    """
     pw = waits.sum(axis=1)
-    # moments of the wait given that it waits: sum over j of P(j) * (mean, second moment)
-    m1 = waits @ (j / (c * mu))
-    m2 = waits @ ((j / (c * mu)) ** 2 * (1.0 + cv_s**2 / np.fmax(j, 1.0)))
+    m1 = waits @ mean
+    m2 = waits @ (mean**2 + var)
     with np.errstate(divide="ignore", invalid="ignore"):
         mw, vw = m1 / pw, np.clip(m2 / pw - (m1 / pw) ** 2, 0.0, None)
     mean_s, var_s = 1.0 / mu, (cv_s / mu) ** 2
@@ -511,7 +525,7 @@ def closed_mgc_response_quantile(
         queued = special.gammainc(k_t, k_t * t / mean_t)
         return (1.0 - pw) * alone + pw * queued
 
-    return invert_cdf(cdf, np.full(len(nc), float(q)), mean_t)
+    return invert_cdf(cdf, np.full(len(pw), q), mean_t)
 
 
 def mmck(lam: ArrayLike, mu: float, c: int, k: int) -> pd.DataFrame:

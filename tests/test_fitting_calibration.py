@@ -225,3 +225,59 @@ def test_an_overloaded_levels_throughput_counts_with_the_service_cv():
         res = llmlat.fit(mgc_sweep("rate", rates, MU, c, cv_s=0.05, seed=seed), model="mmc")
         lo, hi = res.conf_int().loc["c"]
         assert res.params["c"] == c and lo <= c <= hi < 2 * c, (seed, lo, hi)
+
+
+@pytest.mark.parametrize("c, seeds", [(16, (1018, 1019)), (64, (1000,))])
+def test_a_capped_level_past_capacity_counts_by_its_throughput(c, seeds):
+    # bench_calibration's mmc-opencap seeds with near-constant service whose c came out wrong:
+    # the level at 120% load was fitted by its refused share at the nominal rate, which carries
+    # the arrivals' Poisson noise (c16: 17 in [16, 18]; c64: 63 in [62, 69]); its throughput,
+    # 64 servers' clockwork, pins c
+    rates = [f * c * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    for seed in seeds:
+        data = mgc_sweep("rate", rates, MU, c, cv_s=0.05, queue_cap=2 * c, seed=seed)
+        res = llmlat.fit(data, model="mmc")
+        lo, hi = res.conf_int().loc["c"]
+        assert res.params["c"] == c and lo <= c <= hi, (seed, res.params["c"], lo, hi)
+
+
+def test_a_capped_queue_of_near_constant_service_has_the_simulated_p95():
+    # past capacity the queue stays near full, so an admitted request waits about the whole
+    # buffer's spells, not an exponential time of that mean (which put this p95 at 3.2 s)
+    c, cap = 16, 32
+    p = {"mu": MU, "c": c, "k_sys": c + cap, "cv_s": 0.05}
+    for load in (0.9, 1.2):
+        lam = load * c * MU
+        times = []
+        for seed in range(3):
+            data = mgc_sweep("rate", [lam], MU, c, cv_s=0.05, queue_cap=cap, seed=seed, length=3)
+            t = data.loc[data["ok"], "latency_s"].to_numpy()
+            times.append(t[len(t) // 3 :])  # past the fill
+        simulated = np.quantile(np.concatenate(times), 0.95)
+        assert _mmck_quantile(0.95, np.array([lam]), p)[0] == pytest.approx(simulated, rel=0.05)
+
+
+def test_a_level_past_capacity_cut_short_by_its_start_up_is_named():
+    # bench_calibration's mmc-opencap-c64-cv1 seed 1: a queue of 128 filling at 120% load
+    # refused its first request at the level's end, leaving 1 steady request of 1,523: no
+    # bound on c, and "no saturation reached" where the level was clearly saturated
+    c = 64
+    rates = [f * c * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    data = mgc_sweep("rate", rates, MU, c, queue_cap=2 * c, seed=1001)
+    with pytest.raises(ValueError, match=r"level 153\.6 was past capacity") as err:
+        llmlat.fit(data, model="mmc")
+    assert "only 1 of its 1,523 requests" in str(err.value)
+    assert "no saturation reached" not in str(err.value)
+
+
+def test_a_closed_level_of_near_constant_service_gets_the_little_floor():
+    # bench_calibration's mmc-closed-c16-cv0.05 seed 7: batch means saw about half of the
+    # levels' variance past c, and mu's interval [1.9901, 1.9999] missed 2
+    c = 16
+    levels = [1, 2, 4, 8, 16, 24, 32, 48]
+    res = llmlat.fit(mgc_sweep("concurrency", levels, MU, c, cv_s=0.05, seed=1007), model="mmc")
+    lo, hi = res.conf_int().loc["mu"]
+    assert res.params["c"] == c and lo <= MU <= hi, (lo, hi)
+    obs = observe(mgc_sweep("concurrency", [48], MU, c, cv_s=0.05, seed=1), "latency", None, None)
+    floored = _closed_vif(obs, [{"c": c, "mu": MU, "think_s": 0.0, "cv_s": 0.05}])
+    assert floored is not None and floored.levels["vif"].iloc[0] == pytest.approx(48**2 / 288)
