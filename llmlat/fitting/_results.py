@@ -77,7 +77,8 @@ class FitResult:
         Profile log-likelihood over the integer parameter.
     unidentified : dict of str to str
         Parameters the data do not pin down (at a search bound, a flat likelihood, or an
-        integer that no sustained queue shows), each with why and what to measure next.
+        integer that no sustained queue shows), each with why and what to measure next
+        (:meth:`next_levels` gives that as a table).
         Their value in ``params`` is only the optimiser's: :meth:`summary`, ``repr`` and the
         report say "not identified" instead, and :meth:`conf_int` gives no interval (NaN),
         or for the integer only the lower end the data support.
