@@ -37,10 +37,19 @@ What the data can say about c (``--oracle``, ``--scale K``, ``--open-loads``, ``
 throughput over the true mu, ``c_req`` the exact likelihood of the number of requests in flight
 over time (exponential service; mu estimated). ``--scale K`` makes every level K times longer.
 
+Is the fit's advice enough (``--follow``, M/M/c cells)? Where a fit's c is not pinned, the
+levels and lengths its ``FitResult.next_levels()`` names are simulated (seeded, exactly; a
+level of the sweep measured again that long replaces it) and the sweep refitted:
+``c_exact_after`` and ``c_cover_after`` (every seed; one the fit asked nothing of keeps its
+answer), ``followed`` (seeds advised), ``pinned_after`` (advised seeds whose c set is then one
+value) and the requests the advice cost per advised sweep.
+
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --quick
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-closed-c4-cv1
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-open-c64-cv1 \
         --fit-only --oracle --scale 16
+    nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-open-c16-cv1 \
+        --fit-only --follow
 
 ``--live`` adds a small set over HTTP against the embedded simulator (mmc mode).
 """
@@ -243,10 +252,65 @@ def _oracle(cell: Cell, data: pd.DataFrame, res) -> dict[str, float]:
     return out
 
 
-def run_seed(cell: Cell, seed: int, oracle: bool = False, fit_only: bool = False) -> dict:
+def follow(cell: Cell, data: pd.DataFrame, advice: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """The sweep after following a fit's advice (``FitResult.next_levels``), simulated exactly.
+
+    Each row names a level and the requests to measure there in all: a level of the sweep is
+    measured again that long (replacing it), a new one is added; seeded apart from the sweep.
+    """
+    levels = data["level"].to_numpy(dtype=np.float64)
+    keep = np.ones(len(data), dtype=bool)
+    parts = []
+    for i, (level, n) in enumerate(zip(advice["level"], advice["requests"], strict=True)):
+        reqs, dur = default_length(cell.kind, level)
+        # an open level's default length is a duration: n arrivals at its rate
+        length = n / reqs if reqs else n / (level * dur)
+        keep &= ~np.isclose(levels, level)
+        parts.append(
+            mgc_sweep(
+                cell.kind,
+                [level],
+                MU,
+                cell.c,
+                cv_s=cell.cv,
+                queue_cap=cell.queue_cap,
+                seed=10**6 + 1000 * seed + i,
+                length=length,
+            )
+        )
+    out = pd.concat([data[keep], *parts], ignore_index=True)
+    return out.sort_values(["level", "t_sent"], kind="stable", ignore_index=True)
+
+
+def _followed(cell: Cell, data: pd.DataFrame, res, seed: int) -> dict:
+    """``--follow``: refit after the advice (c exact, c cover and requests after it)."""
+    truth = cell.c
+    advice = res.next_levels()
+    advice = advice[advice["param"].eq("c") & advice["requests"].notna()]
+    row = {"followed": float(len(advice) > 0), "requests_after": 0.0}
+    again = res
+    if len(advice):
+        more = follow(cell, data, advice, seed)
+        row["requests_after"] = float(len(more) - len(data))
+        try:
+            again = llmlat.fit(more, model="mmc")
+        except ValueError:
+            return row | {"c_exact_after": 0.0, "c_cover_after": 0.0, "pinned_after": 0.0}
+    lo, hi = again.conf_int().loc["c"]
+    row["c_exact_after"] = float(again.params["c"] == truth)
+    row["c_cover_after"] = float(lo <= truth <= hi)
+    if len(advice):
+        row["pinned_after"] = float(lo == hi)
+    return row
+
+
+def run_seed(
+    cell: Cell, seed: int, oracle: bool = False, fit_only: bool = False, follows: bool = False
+) -> dict:
     """Fit, compare and plan one seeded sweep of ``cell``: one row of the cell's figures.
 
-    ``oracle`` adds :func:`_oracle`'s shares; ``fit_only`` skips ``model="auto"`` and the plan.
+    ``oracle`` adds :func:`_oracle`'s shares; ``fit_only`` skips ``model="auto"`` and the plan;
+    ``follows`` (M/M/c cells) adds :func:`_followed`'s.
     """
     warnings.simplefilter("ignore")
     truth = cell.truth()
@@ -274,6 +338,8 @@ def run_seed(cell: Cell, seed: int, oracle: bool = False, fit_only: bool = False
     row["cover_n"] = float(len(covers))
     if oracle and cell.family == "mmc":
         row |= _oracle(cell, data, res)
+    if follows and cell.family == "mmc":
+        row |= _followed(cell, data, res, seed)
     if fit_only:
         return row
     try:
@@ -296,6 +362,8 @@ def run_seed(cell: Cell, seed: int, oracle: bool = False, fit_only: bool = False
 TARGETS: dict[str, tuple[float, float]] = {
     "c_exact": (0.90, 1.0),
     "c_cover": (0.90, 0.98),
+    "c_exact_after": (0.90, 1.0),
+    "c_cover_after": (0.90, 0.98),
     "cover": (0.90, 0.98),
     "auto": (0.90, 1.0),
     "break": (0.0, 0.05),
@@ -342,7 +410,8 @@ def seeds_to_decide(k: int, n: int, target: tuple[float, float]) -> int | None:
 def _counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
     """k of n seeds for each judged share (pooled over parameters for ``cover``)."""
     out = {}
-    for key in ("c_exact", "c_cover", "auto", "break", "c_oracle", "c_thru", "c_req"):
+    shares = ("c_exact", "c_cover", "auto", "break", "c_oracle", "c_thru", "c_req")
+    for key in (*shares, "followed", "c_exact_after", "c_cover_after", "pinned_after"):
         vals = [r[key] for r in rows if key in r]
         if vals:
             out[key] = (round(sum(vals)), len(vals))
@@ -439,8 +508,23 @@ def _print(row: dict) -> None:
     print(f"    {size}; k/n [95% CI]: " + "  ".join(counts), flush=True)
     if "design" in row:
         print(f"    {row['design']}", flush=True)
+    if "followed" in row:
+        print(f"    {_follow_text(row)}", flush=True)
     if "first_error" in row:
         print(f"    first error: {row['first_error']}", flush=True)
+
+
+def _follow_text(row: dict) -> str:
+    """``--follow``'s line: c exact before and after following the advice, and its cost."""
+    counts = row["counts"]
+    k, n = counts["followed"]
+    ex, ex_n = counts["c_exact"]
+    after, _ = counts["c_exact_after"]
+    extra = row["requests_after"] * n / max(k, 1)  # the mean over the followed seeds
+    return (
+        f"follow: advice in {k}/{n} seeds; c exact {ex}/{ex_n} -> {after}/{ex_n} after it, "
+        f"at {extra:,.0f} more requests per advised sweep (the sweep: {row['requests']:,.0f})"
+    )
 
 
 def live(seeds: int) -> None:
@@ -500,6 +584,11 @@ def main() -> None:
     ap.add_argument(
         "--fit-only", action="store_true", help="skip auto and the plan (experiments on c)"
     )
+    ap.add_argument(
+        "--follow",
+        action="store_true",
+        help="M/M/c cells: follow each fit's advice (FitResult.next_levels) on c, refit",
+    )
     ap.add_argument("--live", type=int, default=0, help="seeds of the live HTTP set")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
@@ -518,12 +607,13 @@ def main() -> None:
                 continue
             started = time.perf_counter()
             first = args.first_seed
-            rows = run_rows(cell, range(first, first + seeds), pool, args.oracle, args.fit_only)
+            flags = (args.oracle, args.fit_only, args.follow)
+            rows = run_rows(cell, range(first, first + seeds), pool, *flags)
             row = summarise(cell, rows, time.perf_counter() - started)
             _print(row)
             if row["undecided"] and args.more > seeds:
                 more = range(first + seeds, first + args.more)
-                rows += run_rows(cell, more, pool, args.oracle, args.fit_only)
+                rows += run_rows(cell, more, pool, *flags)
                 _print(summarise(cell, rows, time.perf_counter() - started))
     if args.live:
         live(args.live)

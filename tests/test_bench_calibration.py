@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import llmlat
+
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_calibration.py"
 
 
@@ -111,3 +113,23 @@ def test_requests_for_c(bench):
     assert 80_000 < n64 < 100_000
     assert bench.requests_for_c(16, 1.0) == pytest.approx(n64 / 16, rel=0.01)
     assert bench.requests_for_c(64, 0.05) == pytest.approx(n64 * 0.05**2, rel=0.01)
+
+
+def test_follow_measures_the_advised_levels_again_and_refits(bench):
+    # an open c = 16 sweep at half length: c's 95% set holds several values, so the fit
+    # advises the level past capacity and the lightest one longer; --follow measures them so
+    cell = replace({c.name: c for c in bench._cells()}["mmc-open-c16-cv1"], scale=0.5)
+    data = cell.simulate(1000)
+    res = llmlat.fit(data, model="mmc")
+    advice = res.next_levels()
+    assert len(advice) == 2
+    more = bench.follow(cell, data, advice, 0)
+    sizes = more.groupby("level").size()
+    for level, n in zip(advice["level"], advice["requests"], strict=True):
+        assert sizes[level] == pytest.approx(n, rel=0.1)  # replaced, n arrivals long
+    others = ~data["level"].isin(advice["level"])
+    assert (sizes.drop(advice["level"]) == data[others].groupby("level").size()).all()
+    row = bench.run_seed(cell, 0, fit_only=True, follows=True)
+    assert row["followed"] == 1.0
+    assert row["requests_after"] == len(more) - len(data)
+    assert row["c_exact_after"] in (0.0, 1.0) and row["c_cover_after"] in (0.0, 1.0)

@@ -151,7 +151,7 @@ def test_a_c_the_levels_do_not_pin_is_reported_as_its_set_with_what_would_pin_it
     lo, hi = res.conf_int().loc["c"]
     assert lo <= 16 <= hi and hi - lo >= 2
     note = next(n for n in res.notes if "(95% set)" in n)
-    assert f"one of {lo:g}..{hi:g}" in note and f"overloaded level {rates[-1]:g}" in note
+    assert f"one of {lo:g}..{hi:g}" in note and f"level {rates[-1]:g} past capacity" in note
     assert f"{res.params['c']:g}" in res.summary().as_text()
 
 

@@ -24,6 +24,13 @@ _WIDEST = 100.0
 #: behind HTTP at levels 1..60 17 to 19.
 _STEP_MISFIT = 6.0
 
+#: The spread of the integer the advice of :meth:`FitResult.next_levels` aims at: rounding an
+#: estimate with this standard deviation gives the truth in 98% of sweeps in theory. Measured by
+#: following the advice (``bench_calibration.py --follow``): c exact in 0.93-0.96 of seeds; at
+#: 0.5 / z(0.975) (95% in theory) in 0.86-0.93 (open c = 64: 60 of 70), as the levels it does
+#: not lengthen keep their share of the information.
+_SD_PINNED = 0.5 / float(stats.norm.ppf(0.99))
+
 #: What to measure to pin down a parameter the data leave open.
 _NEXT = {
     "mu": "measure more requests at the lightest levels",
@@ -70,7 +77,8 @@ class FitResult:
         Profile log-likelihood over the integer parameter.
     unidentified : dict of str to str
         Parameters the data do not pin down (at a search bound, a flat likelihood, or an
-        integer that no sustained queue shows), each with why and what to measure next.
+        integer that no sustained queue shows), each with why and what to measure next
+        (:meth:`next_levels` gives that as a table).
         Their value in ``params`` is only the optimiser's: :meth:`summary`, ``repr`` and the
         report say "not identified" instead, and :meth:`conf_int` gives no interval (NaN),
         or for the integer only the lower end the data support.
@@ -122,6 +130,7 @@ class FitResult:
         # the floor the step times alone put on the slot cap: the integer's lower end when
         # they and the latency disagree (set by _identification)
         self._step_floor: int | None = None
+        self._advice: list[dict] = []  # next_levels' rows, filled with the notes they explain
         self.unidentified: dict[str, str] = {}  # read by the raw intervals computed first
         self.unidentified = self._identification()
         self.notes.extend(self.unidentified.values())
@@ -295,14 +304,9 @@ class FitResult:
         (the concentrated likelihood gives RSS_k / RSS_best = exp(2 (llf_best - llf_k) / n)),
         so the integer's interval carries the model's error as the continuous ones do.
         """
-        prof = self.profile
-        est = self._est
-        if est.dof is None:
-            return prof.index[prof >= prof.max() - stats.chi2.ppf(1 - alpha, 1) / 2]
-        n = len(self._problem.se)
-        rss_best = float(np.exp(2 * est.theta[-1])) * n
-        extra = rss_best * np.expm1(2 * (prof.max() - prof.to_numpy()) / n)
-        return prof.index[extra / est.phi <= stats.f.ppf(1 - alpha, 1, est.dof)]
+        dof = self._est.dof
+        cut = stats.chi2.ppf(1 - alpha, 1) if dof is None else stats.f.ppf(1 - alpha, 1, dof)
+        return self.profile.index[self._deviance() <= cut]
 
     def _integer_interval(self, alpha: float, raw: bool = False) -> tuple[float, float]:
         """Return the integer's profile set's range; unbounded above when not identified."""
@@ -314,39 +318,148 @@ class FitResult:
             lo = min(lo, float(self._step_floor))
         return lo, hi
 
+    def next_levels(self) -> pd.DataFrame:
+        """Tabulate what to measure next to pin down what the data leave open (empty: pinned).
+
+        The fit's notes give the same advice in words (they are written from this table).
+        A row is a level to measure, or to measure longer: one of the sweep's (``measured`` >
+        0) run for ``requests`` in all, or a new one. Three cases yield rows:
+
+        - the integer (c, or the slot cap) is not identified: levels past those measured (no
+          saturation), between its interval and the first refused level (a closed loop whose
+          queue shows at one level at most), or streamed levels around it (step times that
+          disagree with the latency);
+        - c is identified but its 95% set holds more than one value: the levels whose data
+          pin it (open loop: the level past capacity and the lightest; closed: those around
+          the knee), measured until the spread of c (from the profile likelihood's curvature;
+          it shrinks as one over the square root of the requests) is small enough for c to
+          come out exact: following it gave the true c in 93-96% of simulated sweeps;
+        - a continuous parameter is not identified (``param`` names it): the lightest level
+          for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per piece of advice: ``param`` (what it pins), ``level`` (a concurrency or
+            a rate in requests/s, as the sweep's levels; NaN when the advice is not a level),
+            ``requests`` (to measure at that level in all; NaN when the data give no count),
+            ``measured`` (requests sent there: 0 for a new level) and ``why``.
+        """
+        cols = {"param": "string", "level": "float64", "requests": "float64"}
+        cols |= {"measured": "float64", "why": "string"}
+        return pd.DataFrame(self._advice, columns=list(cols)).astype(cols)
+
+    def _ask(self, param: str, level: float, requests: float, why: str) -> dict:
+        """Add one row of :meth:`next_levels` and return it (the note's text is made from it)."""
+        row = {
+            "param": param,
+            "level": float(level),
+            "requests": float(requests),
+            "measured": self._measured(level) if np.isfinite(level) else np.nan,
+            "why": why,
+        }
+        self._advice.append(row)
+        return row
+
+    def _measured(self, level: float) -> float:
+        """Count the requests sent at a level of the data (0 for a new level).
+
+        A closed level's steady-state ones and its start-up, the first round of N.
+        """
+        lv = self._problem.all.levels
+        n = lv["n_sent"] if "n_sent" in lv else lv["n"]
+        if self.kind == "concurrency":
+            n = n + lv["level"]
+        at = n[np.isclose(lv["level"].to_numpy(dtype=np.float64), level)]
+        return float(at.iloc[0]) if len(at) else 0.0
+
+    def _length(self, level: float) -> float:
+        """Return the requests a new level should hold: the top level's (closed: per client)."""
+        top = float(self._problem.obs.levels["level"].max())
+        n = self._measured(top)
+        return _round_up(n * level / top if self.kind == "concurrency" else n)
+
+    def _growth(self) -> float:
+        """How many times longer the levels must run for the integer to come out exact.
+
+        Its spread, from the curvature of the profile likelihood (the deviance's parabola
+        over the 95% set and one integer either side), falls as one over the square root of
+        the requests: to :data:`_SD_PINNED`.
+        """
+        dev = self._deviance()
+        a, b = self._integer_interval(0.05, raw=True)
+        near = dev[(dev.index >= a - 1) & (dev.index <= b + 1) & np.isfinite(dev)]
+        k = near.index.to_numpy(dtype=np.float64)
+        curve = np.polyfit(k, near.to_numpy(), 2)[0] if len(near) >= 3 else 0.0
+        # deviance ~ (k - c)^2 / sd^2; a flat or bent-down profile: the set's width instead
+        var = 1 / curve if curve > 0 else ((b - a + 1) / (2 * stats.norm.ppf(0.975))) ** 2
+        return max(1.0, var / _SD_PINNED**2)
+
+    def _deviance(self) -> pd.Series:
+        """Twice the profile log-likelihood's drop from its best, per integer (as a chi-square).
+
+        Least squares: the F statistic of :meth:`_integer_set` instead.
+        """
+        prof, est = self.profile, self._est
+        if est.dof is None:
+            return 2 * (prof.max() - prof)
+        n = len(self._problem.se)
+        rss_best = float(np.exp(2 * est.theta[-1])) * n
+        return rss_best * np.expm1(2 * (prof.max() - prof) / n) / est.phi
+
     def _integer_spread(self) -> list[str]:
-        """Return a note when the integer is identified but its 95% set spans several values.
+        """Return a note when the integer is identified but its 95% set holds several values.
 
         Its value is then one of those the data allow, not the truth (five open levels of
-        1,000 arrivals pin c = 64 to about +-4): say so, and what would pin it. The capacity
-        c mu is what an overloaded open level's throughput measures, with a relative error of
-        1 / sqrt(its completions); telling c from c + 1 needs about 1 / (2c) of it, so the
-        requests needed grow as the square of the interval's width.
+        1,000 arrivals pin c = 64 to about +-4): say so, and what would pin it (the rows of
+        :meth:`next_levels`). An open sweep's capacity c mu is what an overloaded level's
+        throughput measures, its service time what the lightest level's latency measures.
         """
         m = self._model
         if m.family != "mmc" or not m.integer or m.integer in self.unidentified:
             return []
         a, b = self._integer_interval(0.05)
-        if b - a < 2:
+        if b == a:
             return []
-        lv = self._problem.all.levels
-        grow = (b - a) ** 2
-        if self.kind == "rate" and "overloaded" in lv and lv["overloaded"].any():
-            top = lv[lv["overloaded"].to_numpy(bool)].iloc[-1]
+        lv = self._problem.obs.levels
+        grow = self._growth()
+        if self.kind == "rate":
+            # the highest level past capacity (overloaded, or refusing behind a queue cap)
+            alle = self._problem.all.levels
+            past = alle["level"] > self.capacity_rps
+            if "overloaded" in alle:
+                past |= alle["overloaded"].to_numpy(bool)
+            light = float(lv["level"].iloc[0])
+            if past.any():
+                top = float(alle.loc[past, "level"].iloc[-1])
+                n = _round_up(grow * max(self._measured(top), self._measured(light)))
+                start = f"measure the level {top:g} past capacity"
+            else:
+                top = float(f"{1.2 * self.capacity_rps:.3g}")
+                n = _round_up(grow * max(self._measured(v) for v in lv["level"]))
+                start = f"add a level past capacity ({top:g} req/s)"
+            row = self._ask(m.integer, top, n, "its throughput measures the capacity")
+            light_row = self._ask(m.integer, light, n, "the service time")
             how = (
-                f"measure the overloaded level {top['level']:g} for about "
-                f"{grow * top['n']:,.0f} requests (its throughput measures the capacity) and "
-                "the lightest level about as long (the service time)"
-            )
-        elif self.kind == "rate":
-            how = (
-                f"add a level past capacity (e.g. {1.2 * self.capacity_rps:.3g} req/s, whose "
-                "throughput measures it) with a few thousand requests"
+                f"{start} for about {n:,.0f} requests ({row['why']}) and the lightest level "
+                f"{light_row['level']:g} about as long ({light_row['why']})"
             )
         else:
+            loads = lv["level"].to_numpy(dtype=np.float64)
+            near = (loads >= a / 2) & (loads <= 2 * b)
+            rows = [
+                self._ask(
+                    m.integer,
+                    v,
+                    _round_up(grow * self._measured(v)),
+                    "waits and throughput around the knee",
+                )
+                for v in (loads[near] if near.any() else loads)
+            ]
             how = (
-                f"measure the levels between {a / 2:g} and {2 * b:g} about {grow:g} times as "
-                "long (their waits and throughput pin the knee)"
+                f"measure the levels {_and(r['level'] for r in rows)} for about "
+                f"{_and((r['requests'] for r in rows), ',.0f')} requests (their waits and "
+                "throughput pin the knee)"
             )
         return [
             f"c = {self.params[m.integer]:g} is one of {a:g}..{b:g} (95% set): these levels "
@@ -375,10 +488,12 @@ class FitResult:
             a, b = self._integer_interval(0.05, raw=True)
             above = loads[loads > b]
             if self._lower_bound:
+                why = "until throughput stops growing"
+                rows = [self._ask(m.integer, v, self._length(v), why) for v in (2 * top, 4 * top)]
                 out[m.integer] = (
                     f"{label} not identified: the data only say {m.integer} >= {a:g} (no "
-                    f"saturation up to {top:g}); measure at {what} {2 * top:g} and {4 * top:g} "
-                    "until throughput stops growing"
+                    f"saturation up to {top:g}); measure at {what} "
+                    f"{_and(r['level'] for r in rows)} {why}"
                 )
             elif self.kind == "concurrency" and len(above) < 2 and not pr.queue_shows(above):
                 shown = ", ".join(f"{x:g}" for x in above) or "none"
@@ -386,12 +501,14 @@ class FitResult:
                 ceiling = min((v for v in pr.all.dropped if v > top), default=2 * top)
                 grid = np.unique(np.round(np.geomspace(b, ceiling, 5)[1:4]))
                 more = [v for v in grid if v not in loads][:2] or list(grid[:2])
+                why = "a sustained queue past the integer"
+                rows = [self._ask(m.integer, v, self._length(v), why) for v in more]
                 out[m.integer] = (
                     f"{label} not identified: no sustained queue shows, as only {len(above)} "
                     f"measured level ({shown}) lies above {m.integer} = {b:g} and the integer "
                     f"just absorbs it; the data only say {m.integer} >= {a:g}; measure at "
                     f"more levels between {b:g} and {ceiling:g} (e.g. "
-                    f"{' and '.join(f'{v:g}' for v in more)})"
+                    f"{_and(r['level'] for r in rows)})"
                 )
         if m.family == "batch" and m.integer is not None and m.integer not in out:
             steps = self._steps_disagree(a, b)
@@ -417,8 +534,27 @@ class FitResult:
                 )
             else:
                 continue
-            out[name] = f"{name} not identified: {why}; {_NEXT.get(name, _NEXT['mu'])}"
+            out[name] = f"{name} not identified: {why}; {self._next_for(name, se[i])}"
         return out
+
+    def _next_for(self, name: str, se_log: float) -> str:
+        """Say what would pin a continuous parameter, adding its row to :meth:`next_levels`.
+
+        ``mu``: the lightest level, measured until the parameter's 95% interval spans
+        +-10% (its standard error on the log scale falls as one over the square root of the
+        requests); the others: a remedy that is not one level.
+        """
+        how = _NEXT.get(name, _NEXT["mu"])
+        if name != "mu":
+            self._ask(name, np.nan, np.nan, how)
+            return how
+        light = float(self._problem.obs.levels["level"].iloc[0])
+        grow = (se_log * stats.norm.ppf(0.975) / np.log(1.1)) ** 2
+        n = _round_up(grow * self._measured(light)) if np.isfinite(grow) else np.nan
+        row = self._ask(name, light, n, how)
+        if np.isnan(n):
+            return how
+        return f"{how} (level {row['level']:g} for about {n:,.0f} requests)"
 
     def _steps_disagree(self, a: float, b: float) -> str:
         """Why a streamed batch fit's slot cap is not identified, or "" when its evidence agrees.
@@ -450,11 +586,16 @@ class FitResult:
         self._step_floor = floor
         low = min(a, floor)
         top = float(pr.obs.levels["level"].max())
+        between = np.unique(np.round(np.geomspace(max(low, 1), top, 4)[1:3]))
+        rows = [
+            self._ask("slots", v, self._length(v), "where the step time stops growing")
+            for v in between
+        ]
         return (
             f"slot cap not identified: {why}; the data only say slots >= {low:g}; plot the "
             "mean ITL against the load to see where the step time stops growing, and measure "
-            f"streamed levels between {low:g} and {top:g} "
-            "around it"
+            f"streamed levels between {low:g} and {top:g} around it (e.g. "
+            f"{_and(r['level'] for r in rows)})"
         )
 
     def _bootstrap(self, alpha: float, n_boot: int, seed: int) -> pd.DataFrame:
@@ -965,6 +1106,20 @@ class FitResult:
     def __repr__(self) -> str:
         ps = self._params_text()
         return f"<FitResult {self.model} ({self.kind}, {self.method}): {ps}; aic={self.aic:.4g}>"
+
+
+def _round_up(n: float) -> float:
+    """Round a count of requests up to two significant digits (advice, not a measurement)."""
+    if not n > 0 or not np.isfinite(n):
+        return float(n)
+    step = 10.0 ** max(0, int(np.floor(np.log10(n))) - 1)
+    return float(np.ceil(n / step) * step)
+
+
+def _and(values, fmt: str = "g") -> str:
+    """Join numbers as "1, 2 and 3"."""
+    text = [f"{v:{fmt}}" for v in values]
+    return " and ".join(text) if len(text) < 3 else f"{', '.join(text[:-1])} and {text[-1]}"
 
 
 def _num(value: float) -> str:

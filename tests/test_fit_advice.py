@@ -1,0 +1,86 @@
+"""What to measure next (``FitResult.next_levels``): data that the fit's notes are written from."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import llmlat
+from llmlat._synth import mgc_sweep
+
+MU = 2.0
+
+
+def _fit(kind: str, levels: list[float], c: int, seed: int):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return llmlat.fit(mgc_sweep(kind, levels, MU, c, seed=seed), model="mmc")
+
+
+def _said(res, rows) -> str:
+    """The one note that names every row's level (the table's words)."""
+    (note,) = [n for n in res.notes if all(f"{v:g}" in n for v in rows["level"])]
+    return note
+
+
+def test_a_c_its_levels_do_not_pin_asks_for_longer_levels():
+    # five open levels of ~1,000 arrivals hold c = 16 to one of three values or so
+    rates = [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    res = _fit("rate", rates, 16, 5001)
+    lo, hi = res.conf_int().loc["c"]
+    assert lo < hi
+    rows = res.next_levels()
+    assert list(rows.columns) == ["param", "level", "requests", "measured", "why"]
+    assert rows["param"].eq("c").all()
+    # the overloaded level (capacity) and the lightest (service time), each several times longer
+    assert sorted(rows["level"]) == [rates[0], rates[-1]]
+    assert (rows["measured"] > 500).all()
+    assert (rows["requests"] > 2 * rows["measured"]).all()
+    note = _said(res, rows)
+    assert f"one of {lo:g}..{hi:g} (95% set)" in note
+    assert f"about {rows['requests'].iloc[0]:,.0f} requests" in note
+
+
+def test_a_pinned_fit_asks_for_nothing():
+    res = _fit("rate", [f * 4 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)], 4, 1)
+    lo, hi = res.conf_int().loc["c"]
+    assert lo == hi == 4
+    rows = res.next_levels()
+    assert rows.empty and list(rows.columns) == ["param", "level", "requests", "measured", "why"]
+    assert not any("95% set" in n for n in res.notes)
+
+
+def test_a_closed_c_set_of_two_asks_for_each_level_around_the_knee():
+    res = _fit("concurrency", [1, 2, 4, 8, 12, 16, 24, 32], 8, 3)
+    lo, hi = res.conf_int().loc["c"]
+    assert (lo, hi) == (8, 9)  # two values: not pinned, so advised
+    rows = res.next_levels()
+    assert rows["level"].between(lo / 2, 2 * hi).all() and len(rows) >= 3
+    # a closed level of N sends N at once: its first round is the start-up, counted in
+    assert (rows["measured"] == 10 * rows["level"]).where(rows["level"] >= 10, True).all()
+    assert (rows["requests"] > rows["measured"]).all()
+    note = _said(res, rows)
+    assert ", ".join(f"{v:,.0f}" for v in rows["requests"].iloc[:-1]) in note
+
+
+def test_an_unidentified_c_asks_for_new_levels_past_its_floor():
+    # one level above c = 16: no sustained queue shows, c only has a floor
+    res = _fit("concurrency", [2, 4, 8, 12, 20], 16, 1)
+    assert not res.capacity_identified
+    rows = res.next_levels()
+    assert len(rows) == 2 and (rows["measured"] == 0).all()
+    assert (rows["level"] > 16).all() and (rows["requests"] > rows["level"]).all()
+    note = res.unidentified["c"]
+    assert f"(e.g. {rows['level'].iloc[0]:g} and {rows['level'].iloc[1]:g})" in note
+
+
+@pytest.mark.parametrize("n", [1, 99, 101, 7_301, 123_456])
+def test_advice_counts_round_up(n):
+    from llmlat.fitting._results import _round_up
+
+    got = _round_up(n)
+    assert got >= n and got < 1.1 * n + 1
+    assert len(str(int(got)).rstrip("0")) <= 2
+    assert np.isnan(_round_up(np.nan))
