@@ -201,3 +201,32 @@ def test_compare_auto_and_fit_fit_the_batch_model_on_the_same_rows():
     assert any("drains" in n for n in auto.notes) and any("drains" in n for n in alone.notes)
     # the M/M/c family still takes every row
     assert table.loc["mmc", "nobs"] == fit(data, model="mmc", method="wls").nobs
+
+
+def test_the_profile_search_and_jacobian_shortcuts_change_nothing():
+    # golden section over the slot cap: the best integer of a unimodal profile, in fewer
+    # evaluations than the coarse-to-fine steps
+    from llmlat.fitting._estimate import _golden, _unimodal
+
+    for top in (3, 150, 390, 511):
+        profile = lambda k, top=top: -abs(np.log(k / top))  # noqa: E731
+        calls = {}
+
+        def ev(k, profile=profile, calls=calls):
+            calls[k] = (None, profile(k))
+            return calls[k][1]
+
+        for k in np.unique(np.round(np.geomspace(1, 512, 24)).astype(int)):
+            ev(int(k))
+        before = len(calls)
+        _golden(ev, calls)
+        assert max(calls, key=lambda k: calls[k][1]) == top
+        assert len(calls) - before <= 12
+    assert _unimodal([1, 2, 2, 5, 3, 3]) and not _unimodal([1, 3, 2, 4])
+    # the Jacobian's points in one pass are the residuals row by row, bit for bit
+    res = fit(_sweep([1, 2, 4, 8, 16], 8, n=60), model="batch")
+    pr, k = res._problem, res._est.k
+    theta = res._est.theta[: len(pr.model.free)]
+    rows = theta + np.random.default_rng(0).normal(0, 0.1, (4, len(theta)))
+    one_pass = pr._resid_rows(rows, k)
+    assert np.array_equal(one_pass, np.stack([pr._resid(th, k) for th in rows]))
