@@ -589,6 +589,7 @@ def _log_falling(key: bytes, dtype: str, n_max: int) -> np.ndarray:
     nn = np.frombuffer(key, dtype=dtype).astype(np.float64)[:, None]
     n = np.arange(n_max + 1)
     out = special.gammaln(nn + 1.0) - special.gammaln(np.maximum(nn - n[None, :], 0) + 1.0)
+    out[n[None, :] > nn] = -np.inf  # more at the station than the population: impossible
     out.flags.writeable = False
     return out
 
@@ -604,18 +605,19 @@ def _closed_distribution(
     n_max = int(n_clients.max(initial=0))
     n = np.arange(n_max + 1)
     nn = n_clients[:, None]
-    valid = n[None, :] <= nn
     z = np.asarray(think_s, dtype=np.float64)
     z = np.broadcast_to(z, np.broadcast_shapes(z.shape, n_clients.shape))[..., None]
     if np.all(z <= 0):
         return (n[None, :] == nn).astype(np.float64), n
-    # pi(n) ~ N! / (N-n)! * Z^-n / prod_{k<=n} rate(k); Z = 0 puts every client at the station
+    # pi(n) ~ N! / (N-n)! * Z^-n / prod_{k<=n} rate(k) (none past N); Z = 0 puts every client
+    # at the station
     falling = _log_falling(n_clients.tobytes(), n_clients.dtype.str, n_max)
     with np.errstate(invalid="ignore", divide="ignore"):
         logw = (
             falling - n[None, :] * np.log(np.where(z > 0, z, 1.0)) - log_cum[..., None, : n_max + 1]
         )
-    logw = np.where(valid & ((z > 0) | (n[None, :] == nn)), logw, -np.inf)
+    if np.any(z <= 0):
+        logw = np.where((z > 0) | (n[None, :] == nn), logw, -np.inf)
     p = np.exp(logw - logw.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return p, n
