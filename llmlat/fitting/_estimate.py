@@ -443,9 +443,8 @@ class _Problem:
         Its reweighting rounds (:meth:`_optimise_from`) each start where the last ended,
         whose residuals and Jacobian are known (the weights scale whole blocks): the residuals
         and the Jacobian (scipy's forward differences, its points in one pass,
-        :meth:`_resid_rows`) are kept per point. The rounds settle the weights to 5%, so the
-        tolerances are those that change no fitted digit shown (1e-9; the public tables'
-        fits agree to 6 significant digits with 1e-10 and 1e-12).
+        :meth:`_resid_rows`) are kept per point. Tolerances 1e-9: the public tables' fits
+        agree to 6 significant digits with 1e-10 and 1e-12, at a third fewer evaluations.
         """
         seen: dict[bytes, np.ndarray] = {}
         jacs: dict[bytes, np.ndarray] = {}
@@ -734,7 +733,6 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
     thetas = {j: v[0] for j, v in cache.items()} if k is not None else {}
     llf = problem.llf_reported(theta_full, k)  # AIC compares models on the latency alone
     est = _Estimate(theta_full, k, llf, prof, problem.params(theta_full, k), cov, thetas)
-    # the batch family's error model is its own (issue 10d): only the M/M/c family here
     # the batch family with step times has its own error model (issue 10d), a scale per block
     quasi = problem.method == "wls" and not problem.n_itl
     return _lack_of_fit(problem, est) if quasi else est
