@@ -2,7 +2,8 @@
 
 Data are exact M/M/c queues from the seeded event simulation in ``llmlat._synth`` (not timed):
 a closed-loop sweep (5 concurrency levels, no think time) for ``mm1``, ``mmc``, ``closed`` and
-``batch``, and an open-loop sweep (4 rates) for ``mgc``. Each fit is timed once after a warm-up
+``batch``, and an open-loop sweep (4 rates) for ``mgc``; and the InferenceX minimax table
+(``datasets/``) for the batch fit and ``auto``. Each fit is timed once after a warm-up
 fit on small data (imports and caches excluded). Target: a million rows in under 5 s.
 
     .venv/bin/python benchmarks/bench_fit.py [--rows 10000 1000000]
@@ -80,6 +81,20 @@ def bench_typical() -> None:
             )
 
 
+def bench_public() -> None:
+    """The InferenceX minimax table (8 closed levels up to N = 512, streamed): the batch fit
+    profiles the slot cap over 1..512 with two step-time forms (targets 1 s, auto 3 s)."""
+    table = llmlat.datasets.load("inferencex-closedloop/minimax-m2.5")
+    for model, target in (("batch", 1.0), ("auto", 3.0)):
+        cpu = time.process_time()
+        secs, res = timed(lambda m=model: llmlat.fit(table, model=m))
+        cpu = time.process_time() - cpu
+        print(
+            f"  minimax {model:5s} {len(table)} levels  {secs:6.2f} s ({cpu:.2f} s CPU; target "
+            f"<= {target:g} s), {len(res.profile)} slot caps profiled  -> {res._params_text()}"
+        )
+
+
 def bench_erlang() -> None:
     a = np.linspace(1.0, 999.0, 10_000)
     queueing.erlang_c(1000, a[:10])  # warm-up
@@ -101,6 +116,8 @@ def main() -> None:
     llmlat.fit(mgc_sweep("rate", [1.0, 2.0, 3.0], MU, 2, queue_cap=4, seed=1), model="mmc")
     print("typical sweep")
     bench_typical()
+    print("public table")
+    bench_public()
     for rows in args.rows:
         print(f"fit ({rows:,} request rows)")
         bench_fits(rows)

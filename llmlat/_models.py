@@ -268,11 +268,10 @@ class Model:
         else:
             x, ls = q._closed_means(loads, p["think_s"], self.rate(p))
             mean = ls / x
-        cap = self.capacity(p)
         if kind == "rate" and "k_sys" in p and self.family == "mmc":
             out["throughput_rps"] = loads * (1.0 - self.blocking(p, loads))
         else:
-            out["throughput_rps"] = np.minimum(loads, cap) if kind == "rate" else x
+            out["throughput_rps"] = np.minimum(loads, self.capacity(p)) if kind == "rate" else x
         out["mean_s"] = mean
         if self.family == "batch":
             out["itl_s"] = np.asarray(itl, dtype=np.float64)

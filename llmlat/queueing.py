@@ -584,9 +584,13 @@ def _check_rates(mu: float, c: int) -> None:
 
 
 def _log_cum_rates(rate: Callable[[np.ndarray], np.ndarray], n_max: int) -> np.ndarray:
-    """``L[n] = sum_{k=1..n} log rate(k)`` for n = 0..n_max."""
+    """``L[n] = sum_{k=1..n} log rate(k)`` for n = 0..n_max, on the last axis.
+
+    A rate whose parameters are columns gives one row per parameter set.
+    """
     k = np.arange(1, n_max + 1, dtype=np.float64)
-    return np.concatenate([[0.0], np.cumsum(np.log(rate(k)))])
+    logs = np.log(rate(k))
+    return np.concatenate([np.zeros((*logs.shape[:-1], 1)), np.cumsum(logs, axis=-1)], axis=-1)
 
 
 @functools.lru_cache(maxsize=64)
@@ -599,6 +603,7 @@ def _log_falling(key: bytes, dtype: str, n_max: int) -> np.ndarray:
     nn = np.frombuffer(key, dtype=dtype).astype(np.float64)[:, None]
     n = np.arange(n_max + 1)
     out = special.gammaln(nn + 1.0) - special.gammaln(np.maximum(nn - n[None, :], 0) + 1.0)
+    out[n[None, :] > nn] = -np.inf  # more at the station than the population: impossible
     out.flags.writeable = False
     return out
 
@@ -608,36 +613,47 @@ def _closed_distribution(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stationary P(n at the station) for each population; rows = populations, cols = n.
 
-    ``think_s`` is one think time or one per population.
+    ``think_s`` is one think time or one per population. Several parameter sets at once:
+    ``think_s`` and ``log_cum`` with a leading axis each (one row per set), and so the result.
     """
     n_max = int(n_clients.max(initial=0))
     n = np.arange(n_max + 1)
     nn = n_clients[:, None]
-    valid = n[None, :] <= nn
-    z = np.broadcast_to(np.asarray(think_s, dtype=np.float64), n_clients.shape)[:, None]
+    z = np.asarray(think_s, dtype=np.float64)
+    z = np.broadcast_to(z, np.broadcast_shapes(z.shape, n_clients.shape))[..., None]
     if np.all(z <= 0):
         return (n[None, :] == nn).astype(np.float64), n
-    # pi(n) ~ N! / (N-n)! * Z^-n / prod_{k<=n} rate(k); Z = 0 puts every client at the station
+    # pi(n) ~ N! / (N-n)! * Z^-n / prod_{k<=n} rate(k) (none past N); Z = 0 puts every client
+    # at the station
     falling = _log_falling(n_clients.tobytes(), n_clients.dtype.str, n_max)
     with np.errstate(invalid="ignore", divide="ignore"):
-        logw = falling - n[None, :] * np.log(np.where(z > 0, z, 1.0)) - log_cum[None, : n_max + 1]
-    logw = np.where(valid & ((z > 0) | (n[None, :] == nn)), logw, -np.inf)
-    p = np.exp(logw - logw.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
+        logw = (
+            falling - n[None, :] * np.log(np.where(z > 0, z, 1.0)) - log_cum[..., None, : n_max + 1]
+        )
+    if np.any(z <= 0):
+        logw = np.where((z > 0) | (n[None, :] == nn), logw, -np.inf)
+    p = np.exp(logw - logw.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
     return p, n
 
 
 def _closed_means(
     nc: np.ndarray, think_s: float | np.ndarray, rate: Callable[[np.ndarray], np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Throughput and mean number at the station for each population (no validation)."""
+    """Throughput and mean number at the station for each population (no validation).
+
+    Several parameter sets at once: a ``rate`` whose parameters are columns and ``think_s``
+    with a row per set give a row per set.
+    """
     if np.all(np.asarray(think_s) <= 0):  # every client is always at the station
         return rate(nc.astype(np.float64)), nc.astype(np.float64)
     n_max = int(nc.max())
     log_cum = _log_cum_rates(rate, n_max)
     p, n = _closed_distribution(nc, think_s, log_cum)
-    r = np.concatenate([[0.0], rate(np.arange(1, n_max + 1, dtype=np.float64))])
-    return p @ r, p @ n
+    r = rate(np.arange(1, n_max + 1, dtype=np.float64))
+    r = np.concatenate([np.zeros((*r.shape[:-1], 1)), r], axis=-1)
+    x = p @ r if r.ndim == 1 else np.matmul(p, r[..., None])[..., 0]
+    return x, p @ n
 
 
 def closed_queue(

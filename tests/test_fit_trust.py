@@ -31,7 +31,10 @@ def test_a_cap_no_queue_shows_and_a_bounded_parameter_are_not_identified(no_queu
     assert res.model == "batch"
     assert not res.identified["slots"] and not res.identified["join_steps"]
     assert res.identified[["t0_s", "t1_s"]].all()
-    assert "measure at more levels between 430 and 1024" in res.unidentified["slots"]
+    # from the largest profiled cap inside the 95% set (430 or 437, as the search evaluates)
+    # up to twice the largest level
+    edge = re.search(r"measure at more levels between (\d+) and 1024", res.unidentified["slots"])
+    assert edge and 400 <= int(edge.group(1)) < 512
     ci = res.conf_int()
     # the integer keeps the lower end the data support; a continuous one has no interval
     assert ci.loc["slots", "lower"] <= res.params["slots"] and np.isinf(ci.loc["slots", "upper"])

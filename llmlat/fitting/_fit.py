@@ -408,28 +408,41 @@ def fit(
     """
     if stat not in ("mean", "p50", "p95", "p99"):
         raise ValueError(f"stat: expected 'mean', 'p50', 'p95' or 'p99', got {stat!r}")
-    refused = _max_refused(max_refused)
-    obs = observe(data, metric, level_kind, refused)
+    views = _Views(data, metric, level_kind, _max_refused(max_refused))
     opts = {"think_s": think_s, "tokens": tokens, "gamma": gamma, "cv_s": cv_s}
     if model == "auto":
-        res = _fit_auto(obs, stat, method, opts)
-        if res._model.family == "batch":  # ranked on the same rows as the others; refit
-            undrained = _batch_observe(data, obs, metric, level_kind, refused)
-            if undrained is not None:
-                ranked = res
-                res = _fit_obs(undrained, "batch", stat, method, opts)
-                res.indistinguishable = ranked.indistinguishable
-                res.notes += [n for n in ranked.notes if n.startswith("model chosen")]
+        res = _fit_auto(views, stat, method, opts)
     else:
-        if model == "batch":
-            obs = _batch_observe(data, obs, metric, level_kind, refused) or obs
-        res = _fit_obs(obs, model, stat, method, opts)
+        res = _fit_obs(views.of(model), model, stat, method, opts)
     res.data = data
     return res
 
 
+class _Views:
+    """The observations each model is fitted on, built once for ``fit``, ``auto`` and ``compare``.
+
+    The M/M/c family takes every level as :func:`~llmlat._aggregate.observe` gives it; the
+    batch family takes each level without its drain (:func:`_batch_observe`), whichever of
+    the three asks, so ``compare``'s row, ``auto``'s ranking and ``fit(model="batch")`` are
+    one fit.
+    """
+
+    def __init__(self, data: object, metric: str, level_kind: str | None, refused: float | None):
+        self.full = observe(data, metric, level_kind, refused)
+        self._args = (data, metric, level_kind, refused)
+        self._batch: Observed | None = None
+
+    def of(self, model: str) -> Observed:
+        """Return the observations ``model`` is fitted on."""
+        if model != "batch":
+            return self.full
+        if self._batch is None:
+            self._batch = _batch_observe(self.full, *self._args) or self.full
+        return self._batch
+
+
 def _batch_observe(
-    data: object, obs: Observed, metric: str, level_kind: str | None, refused: float | None
+    obs: Observed, data: object, metric: str, level_kind: str | None, refused: float | None
 ) -> Observed | None:
     """Return the batch fit's observations: each level without its drain (None: no drain).
 
@@ -474,7 +487,7 @@ def _max_refused(value: object) -> float | None:
     return float(value)
 
 
-def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
+def _fit_auto(views: _Views, stat: str, method: str, opts: dict) -> FitResult:
     """Rank every applicable model by least-squares AIC, refit the best with ``method``.
 
     Level means alone hardly tell c exponential servers from a batching server (both are flat,
@@ -482,6 +495,7 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
     length times a step time, far less variable than an exponential service. So when the
     lightest level's CV is that of an exponential law, only the M/M/c family is ranked.
     """
+    obs = views.full
     # "closed" estimates a think time the data did not measure; here they did
     skip = {"closed"} if np.isfinite(obs.think_s) else set()
     why = []
@@ -497,7 +511,7 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
     if why:
         skip.add("batch")
     names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
-    table, fits = _compare(obs, names, stat, opts)
+    table, fits = _compare(views, names, stat, opts)
     ok = table[table["aic"].notna()]
     if ok.empty:
         if obs.times is None or method == "wls":
@@ -515,7 +529,7 @@ def _fit_auto(obs: Observed, stat: str, method: str, opts: dict) -> FitResult:
         return res
     best = str(ok.index[0])
     same = _method(fits[best]._model, obs, method, stat) == "wls"
-    res = fits[best] if same else _fit_obs(obs, best, stat, method, opts)
+    res = fits[best] if same else _fit_obs(views.of(best), best, stat, method, opts)
     close = [str(m) for m in ok.index[1:] if ok.loc[m, "delta_aic"] < 2]
     # another family that misses no level mean by more than its errors is as good an account
     # of the data as the best one, whatever the AIC says (on near-constant service, c servers
@@ -590,13 +604,13 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
     return res
 
 
-def _compare(obs: Observed, models, stat: str, opts: dict) -> tuple[pd.DataFrame, dict]:
+def _compare(views: _Views, models, stat: str, opts: dict) -> tuple[pd.DataFrame, dict]:
     names = list(models) if models is not None else list(_MODEL_NAMES)
     rows, fits = [], {}
     for name in names:
         row: dict = {"model": name}
         try:
-            r = _fit_obs(obs, name, stat, "wls", opts)
+            r = _fit_obs(views.of(name), name, stat, "wls", opts)
         except ValueError as exc:
             if models is None and "does not apply" in str(exc):
                 continue
@@ -635,7 +649,9 @@ def compare(
     """Fit several models to the same per-level statistic and rank them by AIC.
 
     Every model is fitted by weighted least squares on the same per-level statistic, so their
-    likelihoods (and AICs) are comparable; a model that fails says why in ``error``.
+    likelihoods (and AICs) are comparable; a model that fails says why in ``error``. Each
+    is fitted on the rows :func:`fit` gives it (``batch``: each closed level without its
+    drain), so a row's parameters are those of ``fit(data, model=...)``.
 
     Parameters
     ----------
@@ -663,6 +679,6 @@ def compare(
         raise ValueError(f"options: unknown option(s) {', '.join(sorted(bad))}")
     refused = _max_refused(options.pop("max_refused", MAX_REFUSED))
     kind = options.pop("level_kind", None)
-    obs = observe(data, metric, None if kind is None else str(kind), refused)
+    views = _Views(data, metric, None if kind is None else str(kind), refused)
     opts = {k: options.get(k) for k in ("think_s", "tokens", "gamma", "cv_s")}
-    return _compare(obs, models, stat, opts)[0]
+    return _compare(views, models, stat, opts)[0]
