@@ -408,10 +408,10 @@ def _level_stats(
     w_cut = (every["_phase"] == "transient").to_numpy(bool)
     w_measured = ((every["_phase"] == "warmup") == (phase == "warmup")).to_numpy(bool)
     w_measured = w_measured | (phase is None)
-    closed = {"clients": _stats.closed_clients(kind, key["level"])}
-    rps, windowed = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, **closed)
+    clients = _stats.closed_clients(kind, key["level"])
+    rps, windowed = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, clients=clients)
     tokens = _column(every, "completion_tokens")
-    tps = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, tokens, **closed)[0]
+    tps = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, tokens, clients=clients)[0]
     stats: dict[str, Any] = {
         **key,
         "level_kind": kind,

@@ -333,7 +333,8 @@ class FitResult:
           pin it (open loop: the level past capacity and the lightest; closed: those around
           the knee), measured until the spread of c (from the profile likelihood's curvature;
           it shrinks as one over the square root of the requests) is small enough for c to
-          come out exact: following it gave the true c in 93-96% of simulated sweeps;
+          come out exact: following it gave the true c in 88-98% of simulated sweeps
+          (`benchmarks/bench_calibration.py --follow`; closed loops at c = 64 lowest);
         - a continuous parameter is not identified (``param`` names it): the lightest level
           for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
 
