@@ -17,7 +17,7 @@ from llmlat import queueing
 from llmlat._aggregate import observe
 from llmlat._models import _mmck_quantile
 from llmlat._synth import batch_closed_requests, mgc_sweep
-from llmlat.fitting._fit import _closed_vif
+from llmlat.fitting._fit import _closed_vif, _not_exponential
 
 C, MU = 4, 2.0
 LEVELS = [1, 2, 4, 6, 8, 12]
@@ -281,3 +281,17 @@ def test_a_closed_level_of_near_constant_service_gets_the_little_floor():
     obs = observe(mgc_sweep("concurrency", [48], MU, c, cv_s=0.05, seed=1), "latency", None, None)
     floored = _closed_vif(obs, [{"c": c, "mu": MU, "think_s": 0.0, "cv_s": 0.05}])
     assert floored is not None and floored.levels["vif"].iloc[0] == pytest.approx(48**2 / 288)
+
+
+def test_a_service_cv_is_told_from_exponential_on_few_draws():
+    """0.35 over 21 draws is not exponential (an exponential sample's CV stays above 0.47 in
+    99.99% of samples): the symmetric 3 / sqrt(n) rule read it as exponential, and the quick
+    demo's M/M/c fit of a batching replica then planned no load at all. Exponential samples
+    still pass in about 99.8% of cases, at every size."""
+    assert _not_exponential(0.35, 21)
+    rng = np.random.default_rng(11)
+    for n in (10, 21, 60, 400):
+        x = rng.exponential(size=(2000, n))
+        cv = x.std(axis=1, ddof=1) / x.mean(axis=1)
+        flagged = np.mean([_not_exponential(float(v), n) for v in cv])
+        assert flagged < 0.01, (n, flagged)

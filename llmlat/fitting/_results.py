@@ -458,7 +458,8 @@ class FitResult:
                 for v in (loads[near] if near.any() else loads)
             ]
             how = (
-                f"measure the levels {_and(r['level'] for r in rows)} for about "
+                f"measure the level{'s' if len(rows) > 1 else ''} "
+                f"{_and(r['level'] for r in rows)} for about "
                 f"{_and((r['requests'] for r in rows), ',.0f')} requests (their waits and "
                 "throughput pin the knee)"
             )
