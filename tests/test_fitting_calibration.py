@@ -295,3 +295,13 @@ def test_a_service_cv_is_told_from_exponential_on_few_draws():
         cv = x.std(axis=1, ddof=1) / x.mean(axis=1)
         flagged = np.mean([_not_exponential(float(v), n) for v in cv])
         assert flagged < 0.01, (n, flagged)
+
+
+def test_few_levels_of_near_constant_service_still_fit():
+    """Three closed levels of near-constant service (a llama.cpp server, one slot): the CV is
+    clearly not exponential, but three levels leave least squares no scale, so the fit keeps
+    the likelihood and says why (it raised "3 levels cannot identify 3 parameters")."""
+    data = mgc_sweep("concurrency", [1, 2, 4], mu=2.0, c=1, cv_s=0.05, seed=3)
+    res = llmlat.fit(data, model="mmc")
+    assert res.params["c"] == 1
+    assert any("too few for least squares" in n for n in res.notes)

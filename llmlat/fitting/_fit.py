@@ -334,14 +334,19 @@ def _check_levels(model: Model, obs: Observed, method: str) -> None:
             "levels, from light load up to saturation"
         )
     if method == "wls":
-        need = len(model.free) + 1 + (model.integer is not None)
-        if model.family == "batch" and _streamed(obs):  # a step time and a scale per level
-            need = max((len(model.free) + (model.integer is not None) + 2) // 2, 2)
+        need = _wls_need(model, obs)
         if n <= need:
             raise ValueError(
                 f"level: {n} levels cannot identify {need} parameters of {model.name!r} by "
                 f"least squares{_dropped_text(obs)}; measure at least {need + 1} levels"
             )
+
+
+def _wls_need(model: Model, obs: Observed) -> int:
+    """Levels least squares needs beyond its parameters' count: one more than this."""
+    if model.family == "batch" and _streamed(obs):  # a step time and a scale per level
+        return max((len(model.free) + (model.integer is not None) + 2) // 2, 2)
+    return len(model.free) + 1 + (model.integer is not None)
 
 
 def _method(model: Model, obs: Observed, method: str, stat: str) -> str:
@@ -593,9 +598,18 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
     meth = _method(model, obs, method, stat)
     fixed, notes = _fixed(model, obs, **opts)
     if method == "auto" and meth == "ml" and "cv_s" in fixed and model.name != "mgc":
-        # the likelihood is that of exponential service: misspecified here; fit the means
-        meth = "wls"
-        notes.append("service not exponential: fitted by least squares on the level means")
+        # the likelihood is that of exponential service: misspecified here; fit the means,
+        # unless too few levels leave least squares no scale to estimate
+        need = _wls_need(model, obs)
+        if len(obs.levels) > need:
+            meth = "wls"
+            notes.append("service not exponential: fitted by least squares on the level means")
+        else:
+            notes.append(
+                f"service not exponential, but {len(obs.levels)} levels are too few for least "
+                "squares on their means: fitted by the exponential likelihood, whose intervals "
+                f"are wider than this service needs; measure at least {need + 1} levels"
+            )
     _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
     est = _estimate(problem)
