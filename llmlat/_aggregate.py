@@ -21,8 +21,10 @@ __all__ = [
     "is_level_table",
     "latency_levels",
     "observe",
+    "offered_rate",
     "queue_cap",
     "resample",
+    "served_short",
 ]
 
 #: stat name -> quantile probability (None: the mean): the statistics a fit can use.
@@ -449,7 +451,7 @@ def _overloaded(
     """
     if kind != "rate" or system_k is not None:
         return np.zeros(len(table), bool)
-    return _short(table, _SIGMAS, _SHORT) | np.isin(table["level"].to_numpy(np.float64), refused)
+    return served_short(table) | np.isin(table["level"].to_numpy(np.float64), refused)
 
 
 def _past_capacity(table: pd.DataFrame) -> np.ndarray:
@@ -467,18 +469,53 @@ def _past_capacity(table: pd.DataFrame) -> np.ndarray:
     known = flag & np.isfinite(x)
     if not known.any():
         return np.zeros(len(table), bool)
+    return offered_rate(table) >= float(np.median(x[known]))
+
+
+def offered_rate(table: pd.DataFrame) -> np.ndarray:
+    """Return each open level's arrival rate as realised (its sends over their span), else nominal.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Per-level table with ``level`` and, from a requests table, ``offered_rps``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Requests per second, one per level.
+    """
     lam = table["level"].to_numpy(dtype=np.float64)
-    if "offered_rps" in table:
-        lam = np.where(np.isfinite(table["offered_rps"]), table["offered_rps"], lam)
-    return lam >= float(np.median(x[known]))
+    if "offered_rps" not in table:
+        return lam
+    real = table["offered_rps"].to_numpy(dtype=np.float64)
+    return np.where(np.isfinite(real), real, lam)
+
+
+def served_short(table: pd.DataFrame) -> np.ndarray:
+    """Return the open levels served clearly less than offered (the overload rule).
+
+    Short by more than :data:`_SIGMAS` Poisson errors and by more than :data:`_SHORT` of the
+    offered rate.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Per-level table (``level``, ``n``, ``throughput_rps``; ``offered_rps``, ``n_sent``).
+
+    Returns
+    -------
+    numpy.ndarray
+        Boolean, one per level.
+    """
+    return _short(table, _SIGMAS, _SHORT)
 
 
 def _short(table: pd.DataFrame, sigmas: float, share: float) -> np.ndarray:
     """Open levels served less than offered by ``sigmas`` Poisson errors and ``share``."""
-    lam = table["level"].to_numpy(dtype=np.float64)
+    lam = offered_rate(table)
     n = table["n"].to_numpy(dtype=np.float64)
     if "offered_rps" in table:  # the realised arrivals, all of them
-        lam = np.where(np.isfinite(table["offered_rps"]), table["offered_rps"], lam)
         n = table["n_sent"].to_numpy(dtype=np.float64)
     x = table["throughput_rps"].to_numpy(dtype=np.float64)
     short = x < lam * (1 - np.fmax(sigmas / np.sqrt(np.fmax(n, 1.0)), share))

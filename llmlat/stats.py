@@ -533,8 +533,7 @@ def _little(
     steady = steady if len(steady) >= 2 else gaps
     size = max(min_batch, clients)
     rel2 = float(np.sum(m**2)) * _obm_variance(steady, size) / latency**2
-    k = len(steady)
-    df = 1.5 * (k / _batch_size(k, size) - 1) if k >= 2 * _batch_size(k, size) else k - 1.0
+    df = _batch_df(len(steady), size)
     mean, se, df_rows = batch_means((e - s)[np.argsort(s, kind="stable")], size)
     if (se / mean) ** 2 > rel2:
         rel2, df = (se / mean) ** 2, df_rows
@@ -813,15 +812,19 @@ def batch_means(values: np.ndarray, min_batch: int = 1) -> tuple[float, float, f
     if n < 2:
         return mean, math.nan, math.nan
     iid = math.sqrt(float(values.var(ddof=1)) / n)
-    size = _batch_size(n, min_batch)
-    if n < 2 * size:
-        return mean, iid, float(n - 1)
-    df = 1.5 * (n / size - 1)
-    return mean, max(math.sqrt(_obm_variance(values, min_batch) / n), iid), df
+    if n < 2 * _batch_size(n, min_batch):
+        return mean, iid, _batch_df(n, min_batch)
+    return mean, max(math.sqrt(_obm_variance(values, min_batch) / n), iid), _batch_df(n, min_batch)
 
 
 def _batch_size(n: int, min_batch: int) -> int:
     return max(_MIN_BATCH, int(min_batch), math.ceil(n / _MAX_BATCHES))
+
+
+def _batch_df(n: int, min_batch: int) -> float:
+    """Degrees of freedom of a batch-means variance of ``n`` values (n - 1 below two batches)."""
+    size = _batch_size(n, min_batch)
+    return 1.5 * (n / size - 1) if n >= 2 * size else n - 1.0
 
 
 def _obm_variance(values: np.ndarray, min_batch: int) -> float:

@@ -9,7 +9,7 @@ import numpy as np
 from scipy import optimize, stats
 from statsmodels.base.model import GenericLikelihoodModel
 
-from llmlat._aggregate import _SHORT, _SIGMAS, Observed, _short, latency_levels
+from llmlat._aggregate import Observed, latency_levels, offered_rate, served_short
 from llmlat._models import _DIFFUSE, Model
 from llmlat.stats import MIN_WINDOW_SHARE
 
@@ -88,7 +88,7 @@ class _Problem:
             service = float(self.obs.levels["mean_s"].iloc[0]) if len(self.obs.levels) else 0.0
             self.x_over = x
             self.se_over = _throughput_se(x, n, fixed.get("cv_s", 1.0), x * service)
-            self.lam_over = _offered(obs.levels)[flag]
+            self.lam_over = offered_rate(obs.levels)[flag]
         if len(self.obs.levels) == 0:
             raise ValueError(
                 "level: every level is overloaded (throughput short of the offered rate); "
@@ -584,20 +584,11 @@ def _throughput_se(x: np.ndarray, n: np.ndarray, cv: float, busy: np.ndarray) ->
 _FULL = 7.0
 
 
-def _offered(lv) -> np.ndarray:
-    """Each open level's arrival rate as realised (its sends over their span), else nominal."""
-    lam = lv["level"].to_numpy(dtype=np.float64)
-    if "offered_rps" not in lv:
-        return lam
-    real = lv["offered_rps"].to_numpy(dtype=np.float64)
-    return np.where(np.isfinite(real), real, lam)
-
-
 def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
     """Levels behind a queue cap past capacity, with a measured service CV.
 
     Those served clearly less than offered (the rule of an uncapped level's overload,
-    :func:`llmlat._aggregate._short`, so it does not depend on c), behind a system of at
+    :func:`llmlat._aggregate.served_short`, so it does not depend on c), behind a system of at
     least :data:`llmlat._models._DIFFUSE` places (:meth:`_Problem._refusals_count`).
     Their refused share, predicted at the nominal rate, carries the arrivals' Poisson noise:
     at 120% load on 64 near-constant servers a 2% surplus of arrivals moves it as much as one
@@ -613,13 +604,13 @@ def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
     lv = obs.levels
     if "cv_s" not in fixed or fixed.get("k_sys", 0) < _DIFFUSE or "n_refused" not in lv:
         return np.zeros(len(lv), bool)
-    past = _short(lv, _SIGMAS, _SHORT) & (lv["n_refused"].to_numpy(dtype=np.float64) > 0)
+    past = served_short(lv) & (lv["n_refused"].to_numpy(dtype=np.float64) > 0)
     # the servers never idle: the queue's diffusion past capacity, drift lambda - x and
     # variance rate lambda + x cv^2, leaves a full buffer of K - c places empty a share about
     # exp(-2 (lambda - x) (K - c) / (lambda + x cv^2)) of the time (c = 4 behind 8 places at
     # 120% load: 7%, and the throughput ran 0.55% short of c mu, as many errors)
     x = lv["throughput_rps"].to_numpy(dtype=np.float64)
-    lam = _offered(lv)
+    lam = offered_rate(lv)
     busy = x * float(lv.loc[~past, "mean_s"].iloc[0]) if (~past).any() else np.inf
     with np.errstate(divide="ignore", invalid="ignore"):
         depth = 2 * (lam - x) * (fixed["k_sys"] - busy) / (lam + x * fixed["cv_s"] ** 2)
@@ -967,7 +958,7 @@ def _cut_short(obs: Observed) -> str:
     row = lv[short].iloc[-1]
     return (
         f"level {row['level']:g} was past capacity (served {row['throughput_rps']:.3g} of "
-        f"{_offered(lv[short])[-1]:.3g} req/s offered), but only {row['n']:.0f} of its "
+        f"{offered_rate(lv[short])[-1]:.3g} req/s offered), but only {row['n']:.0f} of its "
         f"{row['n_sent']:,.0f} requests came after its start-up transient (its queue was "
         "still filling), too few for its throughput to bound the capacity"
     )
