@@ -372,10 +372,12 @@ def classify_status(status: int) -> str | None:
     return "client_error"
 
 
-def _retry_after(headers: Any) -> float:
+def _retry_after(headers: Any, now: float | None = None) -> float:
     """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date); NaN if none.
 
-    ``headers`` has lower-case names, as :class:`llmlat._transport._http11.Response` keeps them.
+    ``headers`` has lower-case names, as :class:`llmlat._transport._http11.Response` keeps them;
+    an HTTP date counts from ``now``, the wall-clock time (``time.time()``) they came (now when
+    None).
     """
     value = headers.get("retry-after-ms")
     if value is not None:
@@ -390,7 +392,9 @@ def _retry_after(headers: Any) -> float:
         seconds = float(value)
     except ValueError:
         try:
-            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+            seconds = parsedate_to_datetime(value).timestamp() - (
+                time.time() if now is None else now
+            )
         except (TypeError, ValueError, IndexError):
             return _NAN
     return max(0.0, seconds) if math.isfinite(seconds) else _NAN
@@ -699,8 +703,11 @@ class Client:
         else:
             status = resp.status
             kind = classify_status(status)
-            att.retry_after_s = _retry_after(resp.headers)
-            read_limits(resp.headers, att)  # what the provider declared, on every answer
+            # a time the server wrote counts from when its headers came, not from the end of
+            # a long answer
+            came = time.time() - (time.perf_counter_ns() - resp.t_head_ns) / 1e9
+            att.retry_after_s = _retry_after(resp.headers, came)
+            read_limits(resp.headers, att, came)  # what the provider declared, on every answer
             if kind is not None:
                 raw = bytes(resp.body)
                 error = f"HTTP {status}: {_error_message(raw)}" if raw else f"HTTP {status}"

@@ -101,7 +101,7 @@ for _kind in ("input_tokens", "output_tokens"):  # Anthropic's separate input an
     HEADERS[f"anthropic-ratelimit-{_name}-reset"] = (f"ratelimit_reset_{_kind}_s", parse_reset_s)
 
 
-def read_limits(headers: Mapping[str, str], into: Any) -> None:
+def read_limits(headers: Mapping[str, str], into: Any, now: float | None = None) -> None:
     """Set the ``ratelimit_*`` attributes of ``into`` from the headers that are present.
 
     Parameters
@@ -110,6 +110,10 @@ def read_limits(headers: Mapping[str, str], into: Any) -> None:
         Response headers with lower-case names.
     into : object
         An :class:`~llmlat.schema.Attempt` (any object with the attributes).
+    now : float, optional
+        The wall-clock time (``time.time()``) the headers came, which an RFC 3339 reset is
+        counted from; now when None. Read at the answer's end instead, a reset came out short
+        by the whole answer's duration.
     """
     found = [(HEADERS[name], value) for name, value in headers.items() if name in HEADERS]
     if not found:
@@ -118,4 +122,4 @@ def read_limits(headers: Mapping[str, str], into: Any) -> None:
     # holds no line break, so the lines come back one per value
     texts = redact("\n".join(value for _, value in found)).split("\n")
     for ((column, parse), _), text in zip(found, texts, strict=True):
-        setattr(into, column, parse(text))
+        setattr(into, column, parse_reset_s(text, now) if parse is parse_reset_s else parse(text))
