@@ -276,7 +276,10 @@ def test_timeout_is_recorded_and_not_retried():
     record, attempts = run(go())
     check_invariants(record, attempts)
     assert record.error_kind == "timeout" and record.attempts == 1
-    assert record.service_s >= 0.29 and "timeout_s=0.3" in record.error
+    # the timeout counts the connect too (t_sent is taken once connected): on a busy machine
+    # a slow connect left service_s at 0.287
+    connect = record.connect_s if record.connect_s == record.connect_s else 0.0
+    assert connect + record.service_s >= 0.29 and "timeout_s=0.3" in record.error
 
 
 def test_connection_dropped_mid_stream():

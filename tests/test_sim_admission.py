@@ -73,7 +73,10 @@ def test_queue_limit_batch_mode():
 
 
 def test_queue_limit_mmc_mode_retry_after_is_the_expected_wait():
-    options = {"mode": "mmc", "slots": 1, "mu": 4.0, "queue_limit": 0, "seed": 5}
+    # each second request must arrive while the first is served: this seed's four services
+    # last 0.21-0.44 s, far longer than a busy machine's round trip (seed 5's first lasted
+    # 50 ms, and a loaded run's second request found the server free: 200, not 429)
+    options = {"mode": "mmc", "slots": 1, "mu": 4.0, "queue_limit": 0, "seed": 11}
 
     async def go():
         async with Simulator(**options) as sim, aiohttp.ClientSession() as session:
@@ -91,6 +94,7 @@ def test_queue_limit_mmc_mode_retry_after_is_the_expected_wait():
     ok = truth[truth["outcome"] == "ok"].reset_index(drop=True)
     refused = truth[truth["outcome"] == "queue_full"].reset_index(drop=True)
     assert len(ok) == len(refused) == 4
+    assert (ok["t_last_token"] - ok["t_service_start"]).min() > 0.15  # the seed's promise
     # the expected wait for the one server, 1 / mu (memoryless: whatever it has served already)
     assert hints == [pytest.approx(1 / 4.0, abs=0.001)] * 4
     assert refused["retry_after_s"].tolist() == pytest.approx([0.25] * 4)

@@ -268,21 +268,29 @@ def test_client_times_match_the_simulator_truth(in_flight, sim_process):
     assert len(both) == len(req)
     both = both[both["phase"] == "measure"]
     e2e = (both["t_last_token"] - both["t_arrival"]).median()
+    # what a stamp may lag the truth by: a small share of a request, plus the machine's own
+    # wake-up lateness that this run measured (the client loop's lag, a sleep's oversleep: on a
+    # busy machine, the client and the simulator each wake milliseconds late, the median delay
+    # following its median). On a calm machine that is ~0; a stamp taken a chunk or a round
+    # trip late still shows
+    level = result.levels.iloc[0]
+    median_ok = 0.02 * e2e + level["loop_lag_p50_s"]
+    p95_ok = 0.05 * e2e + level["loop_lag_p99_s"]
     send_delay = both["t_arrival"] - (both["t_sent"] + t0)
     first_token_delay = both["t_first_token"] + t0 - both["t_first_token_sim"]
     end_delay = both["t_end"] + t0 - both["t_last_token"]
     for delay in (send_delay, first_token_delay, end_delay):
         assert delay.min() > -0.001 * e2e  # causality, up to the order of clock reads
-        assert delay.median() <= 0.02 * e2e
-        assert delay.quantile(0.95) <= 0.05 * e2e
+        assert delay.median() <= median_ok
+        assert delay.quantile(0.95) <= p95_ok
     # so the client's TTFT and end-to-end latency equal the server's within the bound
     for client, server in (
         (both["t_first_token"] - both["t_sent"], both["t_first_token_sim"] - both["t_arrival"]),
         (both["t_end"] - both["t_sent"], both["t_last_token"] - both["t_arrival"]),
     ):
         error = (client - server).abs()
-        assert error.median() <= 0.02 * e2e
-        assert error.quantile(0.95) <= 0.05 * e2e
+        assert error.median() <= median_ok
+        assert error.quantile(0.95) <= p95_ok
 
 
 def test_save_file_is_readable_while_the_sweep_runs(tmp_path):
