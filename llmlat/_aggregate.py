@@ -45,9 +45,10 @@ class Observed:
     :mod:`llmlat.stats`) and ``vif``: the variance of the mean over its independent-draws value
     (1 for independent requests; larger when consecutive requests share queue states); where
     requests streamed, ``itl_s`` (mean inter-token latency: the decode step time) and
-    ``se_itl_s``. ``times``
-    holds each level's steady-state times in request order, ``itl_times`` (streamed) each
-    request's mean inter-token latency in the same order.
+    ``se_itl_s``; open loop, ``slope_rps`` and ``n_slope`` (the completions' slope over time
+    and their count, :func:`llmlat.stats.completion_slope`). ``times`` holds each level's
+    steady-state times in request order, ``itl_times`` (streamed) each request's mean
+    inter-token latency in the same order.
     """
 
     kind: str

@@ -43,6 +43,10 @@ Definitions (per level of one sweep):
   larger), is taken off, and the interval is the Student-t one of that variance: on exact
   M/M/c closed loops of three rounds (c = 1, 4, 16, N = 1 to 100, 300 seeds) the mean error
   is within +2.6% and the 95% interval covers 92-99%.
+- **Completion slope** (:func:`completion_slope`): the least-squares slope of the cumulative
+  count of ok completions on their times in the steady window. The fit reads an open level
+  past capacity with near-constant service by it: a count over the window cuts each busy
+  server's cycle at its own phase (0.73% sd at c = 64, against the slope's 0.22%).
 - When fewer than :data:`MIN_WINDOW_SHARE` of a level's ok completions are left to either
   (a level too short to have a steady part, e.g. 40 requests at 40 clients) the throughput
   is ok completions over the level's whole span, which fill and drain bias low, and the
@@ -636,7 +640,7 @@ def completion_slope(
         ``(rate, n)``: per second and the completions it rests on; NaN and 0 without a steady
         window of at least 3 completions.
     """
-    a, b, counted, windowed = _window(start, end, ok, transient, measured)
+    _, _, counted, windowed = _window(start, end, ok, transient, measured)
     t = np.sort(end[counted])
     if not windowed or len(t) < 3 or not t[-1] > t[0]:
         return math.nan, 0
