@@ -45,9 +45,10 @@ class Observed:
     :mod:`llmlat.stats`) and ``vif``: the variance of the mean over its independent-draws value
     (1 for independent requests; larger when consecutive requests share queue states); where
     requests streamed, ``itl_s`` (mean inter-token latency: the decode step time) and
-    ``se_itl_s``. ``times``
-    holds each level's steady-state times in request order, ``itl_times`` (streamed) each
-    request's mean inter-token latency in the same order.
+    ``se_itl_s``; open loop, ``slope_rps`` and ``n_slope`` (the completions' slope over time
+    and their count, :func:`llmlat.stats.completion_slope`). ``times`` holds each level's
+    steady-state times in request order, ``itl_times`` (streamed) each request's mean
+    inter-token latency in the same order.
     """
 
     kind: str
@@ -153,6 +154,7 @@ def _from_requests(
     kind = _kind(req, level_kind)
     phase = stats.phases(req)
     throughput = _throughput(req, phase)
+    slope = _slopes(req, phase)
     req = req[phase != "warmup"]
     steady = phase[phase != "warmup"] == "measure"
     values = req[col].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -238,6 +240,9 @@ def _from_requests(
         sent = per.size().reindex(levels).to_numpy(dtype=np.float64)
         table["offered_rps"] = np.where(span > 0, (sent - 1) / span, np.nan)
         table["n_sent"] = sent
+        # the completions' slope: a level past capacity measures it without the window's edge
+        table["slope_rps"] = slope["rate"].reindex(levels).to_numpy(dtype=np.float64)
+        table["n_slope"] = slope["n"].reindex(levels).to_numpy(dtype=np.float64)
     # an open level that refuses requests truncates its queue: its latency is not an M/M/c one,
     # unless the refusals are a queue cap, which the M/M/c/K form describes
     shed = _refused_levels(req, lv_all, _SHED) if kind == "rate" else refused
@@ -430,6 +435,22 @@ def _throughput(req: pd.DataFrame, phase: np.ndarray) -> pd.Series:
         )[0]  # fmt: skip
         rates.setdefault(level, []).append(x)
     return pd.Series({k: float(np.mean(v)) for k, v in rates.items()})
+
+
+def _slopes(req: pd.DataFrame, phase: np.ndarray) -> pd.DataFrame:
+    """Per level: :func:`llmlat.stats.completion_slope` (``rate``, ``n``), runs pooled by mean."""
+    start, end = stats.row_times(req)
+    ok = stats.ok_mask(req)
+    keys = [k for k in ("run_id", "level") if k in req]
+    rows = []
+    for key, idx in req.groupby(keys, sort=False, dropna=False).indices.items():
+        level = float(key[-1] if isinstance(key, tuple) else key)
+        rate, n = stats.completion_slope(
+            start[idx], end[idx], ok[idx], phase[idx] == "transient", phase[idx] != "warmup"
+        )
+        rows.append((level, rate, n))
+    frame = pd.DataFrame(rows, columns=["level", "rate", "n"])
+    return frame.groupby("level").agg(rate=("rate", "mean"), n=("n", "sum"))
 
 
 #: An open level is overloaded when its throughput falls short of the offered rate by more than

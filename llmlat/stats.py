@@ -43,6 +43,10 @@ Definitions (per level of one sweep):
   larger), is taken off, and the interval is the Student-t one of that variance: on exact
   M/M/c closed loops of three rounds (c = 1, 4, 16, N = 1 to 100, 300 seeds) the mean error
   is within +2.6% and the 95% interval covers 92-99%.
+- **Completion slope** (:func:`completion_slope`): the least-squares slope of the cumulative
+  count of ok completions on their times in the steady window. The fit reads an open level
+  past capacity with near-constant service by it: a count over the window cuts each busy
+  server's cycle at its own phase (0.73% sd at c = 64, against the slope's 0.22%).
 - When fewer than :data:`MIN_WINDOW_SHARE` of a level's ok completions are left to either
   (a level too short to have a steady part, e.g. 40 requests at 40 clients) the throughput
   is ok completions over the level's whole span, which fill and drain bias low, and the
@@ -88,6 +92,7 @@ __all__ = [
     "check_slo",
     "closed_clients",
     "column",
+    "completion_slope",
     "drain_mask",
     "grows",
     "level_batch",
@@ -603,6 +608,45 @@ def throughput(
     if math.isnan(a):
         return math.nan, False
     return (float(w[counted].sum()) / (b - a) if b > a else math.nan), windowed
+
+
+def completion_slope(
+    start: np.ndarray,
+    end: np.ndarray,
+    ok: np.ndarray,
+    transient: np.ndarray,
+    measured: np.ndarray,
+) -> tuple[float, int]:
+    """Completion rate of a level as the slope of its completions over time, and their count.
+
+    The least-squares slope of the cumulative count of ok completions on their times, over
+    the steady window of :func:`throughput`. Where c servers stay busy through the window
+    (an open level past capacity) this reads their rate without the window's edges: a count
+    over a window cuts each server's cycle at its own phase, about a quarter of a completion
+    per server, which for near-constant service at c = 64 is ten times the renewal noise
+    (0.73% against 0.22% over 650 completions on the exact simulation); the slope averages
+    every completion's phase. For a renewal count of variance rate ``x cv^2`` its relative
+    variance is ``1.2 cv^2 / n`` (a Brownian path's least-squares slope), 1.2 times the
+    window count's: the window stays the rate for every other use.
+
+    Parameters
+    ----------
+    start, end, ok, transient, measured : numpy.ndarray
+        As for :func:`throughput`.
+
+    Returns
+    -------
+    tuple
+        ``(rate, n)``: per second and the completions it rests on; NaN and 0 without a steady
+        window of at least 3 completions.
+    """
+    _, _, counted, windowed = _window(start, end, ok, transient, measured)
+    t = np.sort(end[counted])
+    if not windowed or len(t) < 3 or not t[-1] > t[0]:
+        return math.nan, 0
+    t = t - t.mean()
+    k = np.arange(len(t), dtype=np.float64)
+    return float(t @ (k - k.mean()) / (t @ t)), len(t)
 
 
 #: SLO keys (what ``slo=`` takes) -> the request column each bounds. ``itl_s`` bounds a

@@ -76,7 +76,8 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
                 raise ValueError("cv_s: the data has no spread at the lightest level; pass cv_s")
         if np.isfinite(cv_s) and (model.name == "mgc" or given or _not_exponential(cv_s, n_cv)):
             fixed["cv_s"] = float(cv_s)
-            if not given:
+            if not given:  # measured: the plan takes its uncertainty (FitResult._pessimistic)
+                fixed["cv_s_n"] = float(n_cv)
                 notes.append(
                     f"service-time CV {cv_s:.3g} taken from the lightest level (requests sent "
                     "into an idle server where there are enough); quantiles "
