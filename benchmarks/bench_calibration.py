@@ -42,7 +42,8 @@ levels and lengths its ``FitResult.next_levels()`` names are simulated (seeded, 
 level of the sweep measured again that long replaces it) and the sweep refitted:
 ``c_exact_after`` and ``c_cover_after`` (every seed; one the fit asked nothing of keeps its
 answer), ``followed`` (seeds advised), ``pinned_after`` (advised seeds whose c set is then one
-value) and the requests the advice cost per advised sweep.
+value) and the requests the advice cost per advised sweep. ``--per-seed`` prints each seed's
+integer and 95% set (before and after following) and its parameters' errors.
 
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --quick
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-closed-c4-cv1
@@ -298,6 +299,7 @@ def _followed(cell: Cell, data: pd.DataFrame, res, seed: int) -> dict:
             return row | {"c_exact_after": 0.0, "c_cover_after": 0.0, "pinned_after": 0.0}
     lo, hi = again.conf_int().loc["c"]
     row["c_exact_after"] = float(again.params["c"] == truth)
+    row["c_after"] = (float(again.params["c"]), float(lo), float(hi))
     row["c_cover_after"] = float(lo <= truth <= hi)
     if len(advice):
         row["pinned_after"] = float(lo == hi)
@@ -325,6 +327,7 @@ def run_seed(
     integer = "slots" if cell.family == "batch" else "c"
     row |= {
         "failed": 0.0,
+        "c_fit": (float(res.params[integer]), ci.loc[integer, "lower"], ci.loc[integer, "upper"]),
         "c_exact": float(res.params[integer] == truth[integer]),
         "c_cover": float(ci.loc[integer, "lower"] <= truth[integer] <= ci.loc[integer, "upper"]),
     }
@@ -445,7 +448,7 @@ def verdict(counts: dict[str, tuple[int, int]]) -> tuple[str, bool]:
 
 def summarise(cell: Cell, rows: list[dict], secs: float) -> dict:
     """The cell's figures over its seeds, with counts and the verdict."""
-    keys = sorted({k for r in rows for k in r if k not in ("error", "cover_n")})
+    keys = sorted({k for r in rows for k in r if k not in ("error", "cover_n", *_PER_SEED)})
     out: dict = {"cell": cell.name, "n": len(rows), "secs": secs}
     for k in keys:
         vals = [r[k] for r in rows if k in r]
@@ -488,6 +491,22 @@ def requests_for_c(c: int, cv: float) -> int:
 def run_rows(cell: Cell, seeds: range, pool: ProcessPoolExecutor, *flags: bool) -> list[dict]:
     n = len(seeds)
     return list(pool.map(run_seed, [cell] * n, seeds, *([f] * n for f in flags)))
+
+
+#: a seed's integer and its 95% set, before and after following the advice (``--per-seed``)
+_PER_SEED = ("c_fit", "c_after")
+
+
+def _print_seeds(rows: list[dict], first: int) -> None:
+    """``--per-seed``: each seed's integer [95% set] (and after following the advice), errors."""
+    for seed, r in enumerate(rows, first):
+        parts = [f"      seed {seed}:"]
+        for key, label in zip(_PER_SEED, ("fit", "after advice"), strict=True):
+            if key in r:
+                k, lo, hi = r[key]
+                parts.append(f"{label} {k:g} [{lo:g}, {hi:g}]")
+        parts += [f"{k} {100 * r[k]:.2f}%" for k in r if k.startswith("err_")]
+        print("  ".join(parts + ([r["error"]] if "error" in r else [])), flush=True)
 
 
 def _print(row: dict) -> None:
@@ -589,6 +608,11 @@ def main() -> None:
         action="store_true",
         help="M/M/c cells: follow each fit's advice (FitResult.next_levels) on c, refit",
     )
+    ap.add_argument(
+        "--per-seed",
+        action="store_true",
+        help="print each seed's integer and 95%% set (and after --follow), and its errors",
+    )
     ap.add_argument("--live", type=int, default=0, help="seeds of the live HTTP set")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
@@ -611,6 +635,8 @@ def main() -> None:
             rows = run_rows(cell, range(first, first + seeds), pool, *flags)
             row = summarise(cell, rows, time.perf_counter() - started)
             _print(row)
+            if args.per_seed:
+                _print_seeds(rows, first)
             if row["undecided"] and args.more > seeds:
                 more = range(first + seeds, first + args.more)
                 rows += run_rows(cell, more, pool, *flags)

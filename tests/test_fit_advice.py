@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import llmlat
@@ -84,3 +85,31 @@ def test_advice_counts_round_up(n):
     assert got >= n and got < 1.1 * n + 1
     assert len(str(int(got)).rstrip("0")) <= 2
     assert np.isnan(_round_up(np.nan))
+
+
+def test_a_closed_c_set_asks_for_a_level_at_its_upper_c_and_following_it_pins_c():
+    # 64 servers, the calibration's closed design: c's set is {64, 65}. Levels of 32..128
+    # clients hardly tell 65 servers from 64 at the same capacity (their means agree to first
+    # order); 65 clients queue on 64 servers and never on 65. Measuring only the knee's levels
+    # longer read c = 65 here (bench_calibration.py --follow, seed 32)
+    levels = [1, 2, 4, 16, 32, 64, 96, 128, 192]
+    data = mgc_sweep("concurrency", levels, MU, 64, seed=1032)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = llmlat.fit(data, model="mmc")
+    assert tuple(res.conf_int().loc["c"]) == (64, 65)
+    rows = res.next_levels()
+    new = rows[rows["measured"] == 0]
+    assert list(new["level"]) == [65] and new["requests"].iloc[0] >= rows["requests"].min()
+    assert "queue if c < 65" in new["why"].iloc[0]
+    # follow it (each advised level measured that long, replacing a measured one), refit
+    keep = ~data["level"].isin(rows["level"])
+    parts = [
+        mgc_sweep("concurrency", [v], MU, 64, seed=10**6 + 32_000 + i, length=n / (10 * v))
+        for i, (v, n) in enumerate(zip(rows["level"], rows["requests"], strict=True))
+    ]
+    more = pd.concat([data[keep], *parts], ignore_index=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = llmlat.fit(more.sort_values(["level", "t_sent"], kind="stable"), model="mmc")
+    assert tuple(again.conf_int().loc["c"]) == (64, 64)

@@ -347,3 +347,20 @@ def test_few_levels_of_near_constant_service_still_fit():
     res = llmlat.fit(data, model="mmc")
     assert res.params["c"] == 1
     assert any("too few for least squares" in n for n in res.notes)
+
+
+def test_a_long_closed_level_on_64_servers_is_the_closed_models_law():
+    # the fit's closed M/M/c (N clients, no think time) against the exact simulation on a long
+    # level (150,000 requests): its mean latency within 3 of its standard errors (Little's
+    # law: N over a Poisson throughput of c mu; the law of N - 1 or N + 1 clients lies 4 away
+    # here), and requests 2 (N - c) apart (no shared departures) drawn from its response-time
+    # law (the hypoexponential the likelihood uses)
+    n, c = 96, 64
+    obs = observe(mgc_sweep("concurrency", [n], MU, c, seed=7, length=160), "latency", None, None)
+    t = obs.times[0]
+    model = queueing.closed_mmc(np.array([n]), MU, c, 0.0)["response_mean_s"].iloc[0]
+    se = n / (np.sqrt(len(t)) * c * MU)
+    assert abs(t.mean() - model) < 3 * se
+    apart = t[:: 2 * (n - c)]
+    cdf = lambda x: queueing.closed_mmc_response_cdf(x, n, MU, c)  # noqa: E731
+    assert stats.kstest(apart, cdf).pvalue > 0.001

@@ -331,10 +331,12 @@ class FitResult:
           disagree with the latency);
         - c is identified but its 95% set holds more than one value: the levels whose data
           pin it (open loop: the level past capacity and the lightest; closed: those around
-          the knee), measured until the spread of c (from the profile likelihood's curvature;
-          it shrinks as one over the square root of the requests) is small enough for c to
-          come out exact: following it gave the true c in 88-98% of simulated sweeps
-          (`benchmarks/bench_calibration.py --follow`; closed loops at c = 64 lowest);
+          the knee, and new levels of c and c + 1 clients in the set above its lowest value:
+          N clients queue on N - 1 servers and never on N), measured until the spread of c
+          (from the profile likelihood's curvature; it shrinks as one over the square root of
+          the requests) is small enough for c to come out exact: following it gave the true c in
+          88-98% of simulated sweeps (`benchmarks/bench_calibration.py --follow`; closed
+          loops at c = 64: 48 of 50, the two misses pinned at 63 before any advice);
         - a continuous parameter is not identified (``param`` names it): the lightest level
           for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
 
@@ -448,20 +450,28 @@ class FitResult:
         else:
             loads = lv["level"].to_numpy(dtype=np.float64)
             near = (loads >= a / 2) & (loads <= 2 * b)
+            knee = "waits and throughput around the knee"
+            around = loads[near] if near.any() else loads
+            asks = {float(v): (self._measured(v), knee) for v in around}
+            # N clients queue on N - 1 servers (every request waits for a departure) and
+            # never on N: levels of c and c + 1 clients tell c from its neighbours, which the
+            # knee's levels hardly do (at equal capacity c mu their means agree to first
+            # order): without them, c = 65 stayed as likely as 64 after 4,000+ more requests
+            # at 32..128 clients, while 63 was ruled out by the level at 64
+            fitted = int(self.params[m.integer])
+            for k in (fitted, fitted + 1):
+                if a < k <= b and k >= 2 and not np.isclose(loads, k).any():
+                    why = f"its requests queue if c < {k:g}, never if c >= {k:g}"
+                    asks[float(k)] = (self._length(k), why)
             rows = [
-                self._ask(
-                    m.integer,
-                    v,
-                    _round_up(grow * self._measured(v)),
-                    "waits and throughput around the knee",
-                )
-                for v in (loads[near] if near.any() else loads)
+                self._ask(m.integer, v, _round_up(grow * n), why)
+                for v, (n, why) in sorted(asks.items())
             ]
             how = (
                 f"measure the level{'s' if len(rows) > 1 else ''} "
                 f"{_and(r['level'] for r in rows)} for about "
                 f"{_and((r['requests'] for r in rows), ',.0f')} requests (their waits and "
-                "throughput pin the knee)"
+                "throughput pin the knee; N clients queue only on fewer than N servers)"
             )
         return [
             f"c = {self.params[m.integer]:g} is one of {a:g}..{b:g} (95% set): these levels "
