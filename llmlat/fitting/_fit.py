@@ -414,7 +414,8 @@ def fit(
         (network and client round trip, its own prefill), carried in every level's latency.
         The rows of a level's drain (the last ones sent, which run after the first completion
         past its last send, :func:`llmlat.stats.drain_mask`) are left out of the batch fit's
-        latency and step times: the batch only shrinks then.
+        latency and step times: the batch only shrinks then. So are the rows of an open
+        level's start-up, sent while its batch grew from an idle server.
     metric : {"latency", "ttft"}, default "latency"
         The time to model (``latency_s`` or ``ttft_s``).
     stat : {"mean", "p50", "p95"}, default "mean"
