@@ -328,6 +328,8 @@ def run_seed(
     row |= {
         "failed": 0.0,
         "c_fit": (float(res.params[integer]), ci.loc[integer, "lower"], ci.loc[integer, "upper"]),
+        # the fit's model check: a warning on its own truth is a false alarm
+        "misfit": float(any("does not fit" in note for note in res.notes)),
         "c_exact": float(res.params[integer] == truth[integer]),
         "c_cover": float(ci.loc[integer, "lower"] <= truth[integer] <= ci.loc[integer, "upper"]),
     }
@@ -413,7 +415,7 @@ def seeds_to_decide(k: int, n: int, target: tuple[float, float]) -> int | None:
 def _counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
     """k of n seeds for each judged share (pooled over parameters for ``cover``)."""
     out = {}
-    shares = ("c_exact", "c_cover", "auto", "break", "c_oracle", "c_thru", "c_req")
+    shares = ("c_exact", "c_cover", "auto", "break", "misfit", "c_oracle", "c_thru", "c_req")
     for key in (*shares, "followed", "c_exact_after", "c_cover_after", "pinned_after"):
         vals = [r[key] for r in rows if key in r]
         if vals:
@@ -510,7 +512,7 @@ def _print_seeds(rows: list[dict], first: int) -> None:
 
 
 def _print(row: dict) -> None:
-    keys = ["c_exact", "c_cover", "cover", "auto", "unsure", "break", "failed"]
+    keys = ["c_exact", "c_cover", "cover", "auto", "unsure", "break", "misfit", "failed"]
     keys += ["c_oracle", "c_thru", "c_req"]
     errs = [k for k in row if k.startswith("err_")]
     parts = [f"{row['cell']:26s} n={row['n']:<3d}"]

@@ -8,6 +8,7 @@ continuous-batching server fed by N clients or by Poisson arrivals.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -174,6 +175,7 @@ def batch_closed_requests(
     spread: float = 0.5,
     join_steps: int = 1,
     drain: bool = False,
+    step_s: Callable[[int], float] | None = None,
 ) -> pd.DataFrame:
     """Simulate N clients (no think time) against a continuous-batching server, for each N.
 
@@ -211,6 +213,9 @@ def batch_closed_requests(
         Stop the clients after ``n + warmup`` sends, as a sweep's closed level does, so the
         level ends with its drain (the batch shrinks as the last requests end, and they
         decode faster); else the clients keep sending until those requests have ended.
+    step_s : callable, optional
+        Step time of a batch of b requests, in place of ``t0_s + t1_s * b`` (a server of
+        another step-time law, e.g. memory-bound then compute-bound: ``max(t0, t1 * b)``).
 
     Returns
     -------
@@ -222,6 +227,7 @@ def batch_closed_requests(
     rng = np.random.default_rng(seed)
     out = []
     low, high = int(tokens * (1 - spread)), int(tokens * (1 + spread)) + 1
+    step_of = step_s or (lambda b: t0_s + t1_s * b)
     for big_n in levels:
         m = n + warmup
         waiting = [(0.0, w, 0) for w in range(big_n)]  # (sent, worker, first step), FIFO
@@ -235,7 +241,7 @@ def batch_closed_requests(
                 sent, w, _ = waiting.pop(0)
                 total = int(rng.integers(low, high))
                 running.append([sent, w, total, total, np.nan])
-            now += t0_s + t1_s * len(running)
+            now += step_of(len(running))
             step += 1
             for r in running:
                 r[2] -= 1

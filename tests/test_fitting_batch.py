@@ -14,6 +14,7 @@ from llmlat import compare, fit
 from llmlat._aggregate import observe, resample
 from llmlat._loadshapes import default_length
 from llmlat._synth import batch_closed_requests, batch_open_requests, mgc_sweep
+from llmlat.fitting._fit import _fill_mask
 
 T0, T1 = 0.02, 0.002
 
@@ -230,3 +231,57 @@ def test_the_profile_search_and_jacobian_shortcuts_change_nothing():
     rows = theta + np.random.default_rng(0).normal(0, 0.1, (4, len(theta)))
     one_pass = pr._resid_rows(rows, k)
     assert np.array_equal(one_pass, np.stack([pr._resid(th, k) for th in rows]))
+
+
+def _warned(res) -> bool:
+    return any("does not fit" in note for note in res.notes)
+
+
+def test_a_batch_fit_warns_when_the_step_time_law_is_another():
+    # memory-bound, then compute-bound: max(t0, t1 b) (flat to b = 5, then linear). The latency
+    # means alone draw a slot cap of 5 with a flat step; the step times do not (the old check
+    # looked at the means alone, against their raw errors: no warning)
+    def roof(b):
+        return max(T0, 0.004 * b)
+
+    args = ([1, 2, 4, 8, 16], 8, T0, 0.004, 20)
+    kw = {"n": 150, "seed": 1, "warmup": 0, "drain": True}
+    assert _warned(fit(batch_closed_requests(*args, **kw, step_s=roof), model="batch"))
+    assert not _warned(fit(batch_closed_requests(*args, **kw), model="batch"))
+    # latency only: a step time curving up (not a power law the fit tries at 6 levels) is told
+    # from a straight one by each level's mean at the run's output length, whose error is the
+    # ratio estimate's (0.1%, where the mean's own error holds the lengths' spread: 3%)
+    levels = [1, 2, 4, 8, 16, 32]
+
+    def curved(b):
+        return T0 + 0.001 * b + 0.00003 * b * b
+
+    plain = {"columns": ["itl_mean_s"]}
+    wrong = batch_closed_requests(levels, 32, T0, T1, 20, **kw, step_s=curved).drop(**plain)
+    right = batch_closed_requests(levels, 32, T0, T1, 20, **kw).drop(**plain)
+    res = fit(wrong, model="batch")
+    assert _warned(res)
+    lv = res._problem
+    assert np.all(lv.se_check < 0.25 * lv.se[: len(lv.y)])
+    assert not _warned(fit(right, model="batch"))
+
+
+def test_open_levels_start_up_is_left_out_of_the_batch_fit():
+    # an open level starts with an idle server: its first requests decode in smaller batches
+    # (slots 32 at 85% load: the first tenth of a level 11% faster than the steady step)
+    cap = 32 / (40 * (T0 + T1 * 32))
+    rates = [f * cap for f in (0.1, 0.3, 0.5, 0.7, 0.85)]
+    spans = [default_length("rate", r)[1] for r in rates]
+    data = batch_open_requests(rates, 32, T0, T1, 40, spans, seed=5)
+    res = fit(data, model="batch")
+    assert any("start-up" in n for n in res.notes)
+    top = res._problem.obs.levels.iloc[-1]
+    assert top["n"] < observe(data).levels.iloc[-1]["n"]
+    level = data[data["level"] == rates[-1]]
+    start, end = level["t_sent"].to_numpy(), level["t_end"].to_numpy()
+    itl = level["itl_mean_s"].to_numpy()
+    cut = _fill_mask(start, end, itl, np.ones(len(level), bool))
+    # the first requests sent, at least until the longest one could have ended
+    assert start[cut].max() < start[~cut].min()
+    assert start[cut].max() >= start.min() + np.max(end - start) - 1.0
+    assert itl[cut].mean() < 0.97 * itl[~cut].mean()

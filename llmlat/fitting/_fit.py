@@ -207,40 +207,57 @@ _REJECT = 0.05
 _MISFIT_LEVEL = 0.999
 
 
+def _misfit_z(problem: _Problem, p: dict) -> tuple[np.ndarray, list[str], int]:
+    """Return the model check's standardised residuals, their labels and degrees of freedom.
+
+    Each level's mean against the prediction in units of its own error (batch means, so
+    correlation is counted; a closed batching level's at the run's mean output length,
+    :attr:`_Problem.se_check`) and, where streamed, each level's step time (ITL) in units of
+    the error the fit gives it.
+    """
+    lv = problem.obs.levels
+    think = p.get("level_think_s")
+    loads = lv["level"].to_numpy(dtype=np.float64)
+    pred = problem.model.predict(p, loads, problem.obs.kind, ("mean",), think)
+    y, se = lv["mean_s"].to_numpy(dtype=np.float64), lv["se_mean_s"].to_numpy(dtype=np.float64)
+    if problem.model.family == "batch" and problem.obs.kind == "concurrency":
+        y = problem.y  # at the run's mean output length
+        se = problem.se[: len(y)] if problem.se_check is None else problem.se_check
+    z = (y - pred["mean_s"]) / se
+    labels = [f"{v:g}" for v in loads]
+    if problem.n_itl:
+        z = np.r_[z, (problem.itl_y - pred["itl_s"]) / problem.itl_se]
+        labels += [f"{v:g} (step time)" for v in loads]
+    good = np.isfinite(z)
+    dof = int(good.sum()) - len(problem.model.free) - (problem.model.integer is not None)
+    return z[good], [t for t, g in zip(labels, good, strict=True) if g], dof
+
+
 def _misfit(problem: _Problem, p: dict) -> list[str]:
     """Return a warning note when the level means lie beyond their intervals around the fit.
 
-    Each level's mean is compared with the prediction in units of its own standard error
-    (batch means, so correlation is counted); their sum of squares against the chi-square law
-    with the levels less the parameters as degrees of freedom. Refitting cannot help: the
-    station is not of this form (or the levels are not steady).
+    The standardised residuals of :func:`_misfit_z`: their sum of squares against the
+    chi-square law with the levels less the parameters as degrees of freedom. Refitting
+    cannot help: the station is not of this form (or the levels are not steady).
     """
-    lv = problem.obs.levels
-    dof = len(lv) - len(problem.model.free) - (problem.model.integer is not None)
-    if dof < 1 or "se_mean_s" not in lv:
+    if "se_mean_s" not in problem.obs.levels:
         return []
-    think = p.get("level_think_s")
-    loads = lv["level"].to_numpy(dtype=np.float64)
-    pred = problem.model.predict(p, loads, problem.obs.kind, ("mean",), think)["mean_s"]
-    y, se = lv["mean_s"].to_numpy(dtype=np.float64), lv["se_mean_s"].to_numpy(dtype=np.float64)
-    if problem.model.family == "batch" and problem.obs.kind == "concurrency":
-        y, se = problem.y, problem.se[: len(y)]  # at the run's mean output length
-    z = (y - pred) / se
-    good = np.isfinite(z)
-    if not good.any():
+    z, labels, dof = _misfit_z(problem, p)
+    if dof < 1:
         return []
     from scipy import stats as sps
 
-    stat = float(np.sum(z[good] ** 2))
+    stat = float(np.sum(z**2))
     if stat <= sps.chi2.ppf(_MISFIT_LEVEL, dof):
         return []
     worst = ", ".join(
-        f"{v:g} ({d:+.1f} se)"
-        for v, d in sorted(zip(loads[good], z[good], strict=True), key=lambda t: -abs(t[1]))[:3]
+        f"{t} ({d:+.1f} se)"
+        for t, d in sorted(zip(labels, z, strict=True), key=lambda u: -abs(u[1]))[:3]
     )
     return [
-        f"warning: {problem.model.name!r} does not fit these data: the level means lie beyond "
-        f"their intervals around the fitted curve (chi-square {stat:.3g} on {dof} df; worst "
+        f"warning: {problem.model.name!r} does not fit these data: the level means"
+        f"{' and step times' if problem.n_itl else ''} lie beyond their intervals around the "
+        f"fitted curve (chi-square {stat:.3g} on {dof} df; worst "
         f"levels {worst}). Treat its parameters and plans with caution; compare other models "
         "or check that every level reached a steady state"
     ]
@@ -398,7 +415,8 @@ def fit(
         (network and client round trip, its own prefill), carried in every level's latency.
         The rows of a level's drain (the last ones sent, which run after the first completion
         past its last send, :func:`llmlat.stats.drain_mask`) are left out of the batch fit's
-        latency and step times: the batch only shrinks then.
+        latency and step times: the batch only shrinks then. So are the rows of an open
+        level's start-up, sent while its batch grew from an idle server.
     metric : {"latency", "ttft"}, default "latency"
         The time to model (``latency_s`` or ``ttft_s``).
     stat : {"mean", "p50", "p95"}, default "mean"
@@ -467,14 +485,17 @@ class _Views:
         if model != "batch":
             return self.full
         if self._batch is None:
-            self._batch = _batch_observe(self.full, *self._args) or self.full
+            self._batch = _batch_observe(self.full, *self._args)
         return self._batch
 
 
 def _batch_observe(
     obs: Observed, data: object, metric: str, level_kind: str | None, refused: float | None
-) -> Observed | None:
-    """Return the batch fit's observations: each level without its drain (None: no drain).
+) -> Observed:
+    """Return the batch fit's observations: each level without its drain (and start-up).
+
+    A closed level also gets the error of its mean at its mean output length
+    (:func:`_length_errors`); an open level loses its start-up (:func:`_fill_mask`).
 
     Past a level's last send no request replaces one that ends, so the batch shrinks and the
     last requests decode faster and wait less than in the steady state
@@ -483,29 +504,108 @@ def _batch_observe(
     """
     frame = getattr(data, "requests", data)
     if not isinstance(frame, pd.DataFrame) or is_level_table(frame, metric):
-        return None
+        return obs
+    meta = getattr(data, "meta", None)  # the configured think time, as for the sweep
     start, end = _stats.row_times(frame)
     keys = [k for k in ("run_id", "level") if k in frame]
     drained = np.zeros(len(frame), bool)
-    for idx in frame.groupby(keys, sort=False, dropna=False).indices.values():
+    filling = np.zeros(len(frame), bool)
+    groups = frame.groupby(keys, sort=False, dropna=False).indices.values()
+    for idx in groups:
         drained[idx] = _stats.drain_mask(start[idx], end[idx])
-    if not drained.any():
-        return None
-    frame = frame.copy()
-    for col in {f"{metric}_s", "itl_mean_s"} & set(frame.columns):
-        frame[col] = frame[col].astype("float64").mask(drained)
-    meta = getattr(data, "meta", None)  # the configured think time, as for the sweep
-    full = obs
-    obs = observe(SimpleNamespace(requests=frame, meta=meta), metric, level_kind, refused)
-    # the output length of the run is every request's (each level's own mean stays that of
-    # its kept requests, as its latency)
-    obs = replace(obs, tokens=full.tokens, tokens_q=full.tokens_q, tokens_cv=full.tokens_cv)
-    obs.notes.append(
-        f"{int(drained.sum())} requests of the levels' drains (sent from the first one that "
-        "ended after the first completion past its level's last send, when the batch only "
-        "shrinks) left out of the latency and step-time statistics"
+    if obs.kind == "rate" and "itl_mean_s" in frame:
+        itl = pd.to_numeric(frame["itl_mean_s"], errors="coerce").to_numpy(
+            np.float64, na_value=np.nan
+        )
+        kept = (_stats.phases(frame) == "measure") & ~drained & np.isfinite(itl)
+        for idx in groups:
+            filling[idx] = _fill_mask(start[idx], end[idx], itl[idx], kept[idx])
+    if drained.any() or filling.any():
+        frame = frame.copy()
+        for col in {f"{metric}_s", "itl_mean_s"} & set(frame.columns):
+            frame[col] = frame[col].astype("float64").mask(drained | filling)
+        full = obs
+        obs = observe(SimpleNamespace(requests=frame, meta=meta), metric, level_kind, refused)
+        # the output length of the run is every request's (each level's own mean stays that
+        # of its kept requests, as its latency)
+        obs = replace(obs, tokens=full.tokens, tokens_q=full.tokens_q, tokens_cv=full.tokens_cv)
+        if drained.any():
+            obs.notes.append(
+                f"{int(drained.sum())} requests of the levels' drains (sent from the first one "
+                "that ended after the first completion past its level's last send, when the "
+                "batch only shrinks) left out of the latency and step-time statistics"
+            )
+        if filling.any():
+            obs.notes.append(
+                f"{int(filling.sum())} requests of the open levels' start-up (sent while the "
+                "batch grew from empty, by MSER-5 on their step times) left out of the latency "
+                "and step-time statistics"
+            )
+    if metric != "latency" or obs.kind != "concurrency" or "completion_tokens" not in frame:
+        return obs
+    return _length_errors(obs, frame, meta, level_kind, refused)
+
+
+def _fill_mask(start: np.ndarray, end: np.ndarray, itl: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Rows of one open batching level sent while its batch grew from empty.
+
+    A level starts with an idle server, so its first requests decode in smaller batches,
+    faster. The latency, whose spread is mostly the output length's, hides that from the
+    start-up cut of :func:`llmlat.stats.transient_mask`; the step times show it (slots 32 at
+    85% load: the first tenth of a default level read 11% short of the steady step time, and
+    t1 came out 1.8% low, median of 40 simulated sweeps). Below the slot cap the requests in
+    service are those of an infinite-server queue, whose number is steady once the longest
+    service has passed since the empty start: the rows sent before that are cut. Near the cap
+    a queue forms and takes longer to forget the start, so MSER-5 also runs on the step times,
+    in send order, over the rows ``kept`` (steady, outside the drain): the rows sent before
+    its cut go too, when they are the faster ones.
+    """
+    idx = np.flatnonzero(kept & np.isfinite(start) & np.isfinite(end))
+    if not len(idx):
+        return np.zeros(len(start), bool)
+    idx = idx[np.argsort(start[idx], kind="stable")]
+    cut = np.nanmin(start) + float(np.max(end[idx] - start[idx]))  # from the empty start
+    d = _stats.mser5(itl[idx])
+    if d and itl[idx[:d]].mean() < itl[idx[d:]].mean():
+        cut = max(cut, start[idx[d]])
+    return np.isfinite(start) & (start < cut)
+
+
+def _length_errors(
+    obs: Observed, frame: pd.DataFrame, meta: object, level_kind: str | None, refused
+) -> Observed:
+    """Return ``obs`` with ``se_at_length_s``, each closed level's mean's error as a ratio.
+
+    The ratio estimate: the level's mean latency over its mean output length, times that
+    length.
+
+    The batch fit compares a closed level's mean at the run's mean output length (a
+    request's latency is its length times the step time, plus its wait), which removes the
+    spread of the lengths, most of the level's variance; the mean's own error (``se_mean_s``)
+    still holds it, 30-100 times too large to judge a fit by. The ratio's error is that of
+    the mean of ``latency - R * tokens`` (R the level's ratio of means), by batch means over
+    request order, as the level's other errors. The requests are the level's latency rows,
+    taken by :func:`~llmlat._aggregate.observe` with each one's output length in place of
+    its time to first token (so the same rows, in the same order).
+    """
+    tokens = pd.to_numeric(frame["completion_tokens"], errors="coerce")
+    lengths = frame.assign(
+        ttft_s=tokens.astype("float64").where(frame["latency_s"].astype("float64").notna())
     )
-    return obs
+    aux = observe(SimpleNamespace(requests=lengths, meta=meta), "ttft", level_kind, refused)
+    sizes = [len(t) for t in obs.request_times]
+    if aux.times is None or [len(t) for t in aux.times] != sizes:
+        return obs  # some rows lack their length: no ratio
+    se = np.full(len(sizes), np.nan)
+    for i, (lat, tok, level) in enumerate(
+        zip(obs.request_times, aux.times, obs.levels["level"], strict=True)
+    ):
+        if len(lat) > 2 and np.all(np.isfinite(tok)) and tok.mean() > 0:
+            excess = lat - lat.mean() / tok.mean() * tok
+            se[i] = _stats.batch_means(excess, _stats.level_batch(obs.kind, level))[1]
+    levels = obs.levels.copy()
+    levels["se_at_length_s"] = se
+    return replace(obs, levels=levels)
 
 
 def _max_refused(value: object) -> float | None:
