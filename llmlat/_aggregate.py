@@ -152,7 +152,7 @@ def _from_requests(
         raise ValueError(f"data: requests table needs columns 'level' and {col!r}")
     kind = _kind(req, level_kind)
     phase = stats.phases(req)
-    throughput = _throughput(req, phase)
+    rates = _rates(req, phase)
     req = req[phase != "warmup"]
     steady = phase[phase != "warmup"] == "measure"
     values = req[col].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -208,7 +208,7 @@ def _from_requests(
     table = pd.DataFrame({"level": levels, **_stats_from_times(times, batch)})
     failed = pd.Series(~answered).groupby(lv_all).sum()
     table["n_failed"] = failed.reindex(levels).to_numpy()
-    table["throughput_rps"] = throughput.reindex(levels).to_numpy(dtype=np.float64)
+    table["throughput_rps"] = rates["throughput_rps"].reindex(levels).to_numpy(dtype=np.float64)
     if "completion_tokens" in req:
         tok = pd.to_numeric(req["completion_tokens"], errors="coerce")
         per_level = pd.Series(tok.to_numpy(np.float64, na_value=np.nan)[ok]).groupby(lv_all[ok])
@@ -232,12 +232,10 @@ def _from_requests(
         table["n_offered"] = calm["n"].reindex(levels).to_numpy(dtype=np.float64)
         table["n_refused"] = calm["refused"].reindex(levels).to_numpy(dtype=np.float64)
         table["vif_refused"] = calm["vif"].reindex(levels).to_numpy(dtype=np.float64)
-        # the arrival rate realised in the level (its sends over their span), so "served less
-        # than offered" is not judged against the Poisson noise of the arrivals
-        span = (per["t"].max() - per["t"].min()).reindex(levels).to_numpy(dtype=np.float64)
-        sent = per.size().reindex(levels).to_numpy(dtype=np.float64)
-        table["offered_rps"] = np.where(span > 0, (sent - 1) / span, np.nan)
-        table["n_sent"] = sent
+        # the arrival rate realised in the level, so "served less than offered" is not judged
+        # against the Poisson noise of the arrivals
+        table["offered_rps"] = rates["offered_rps"].reindex(levels).to_numpy(dtype=np.float64)
+        table["n_sent"] = per.size().reindex(levels).to_numpy(dtype=np.float64)
     # an open level that refuses requests truncates its queue: its latency is not an M/M/c one,
     # unless the refusals are a queue cap, which the M/M/c/K form describes
     shed = _refused_levels(req, lv_all, _SHED) if kind == "rate" else refused
@@ -411,25 +409,32 @@ def queue_cap(
     return k if k >= 1 and np.mean(np.abs(held - k) <= 1) >= _CAP_SHARE else None
 
 
-def _throughput(req: pd.DataFrame, phase: np.ndarray) -> pd.Series:
-    """Per level: :func:`llmlat.stats.throughput`, the summary's rate.
+def _rates(req: pd.DataFrame, phase: np.ndarray) -> pd.DataFrame:
+    """Per level: the summary's rates, :func:`llmlat.stats.throughput` and ``send_rate``.
 
     One definition for the summary table and the fit; several runs of one level are averaged.
+    ``offered_rps`` is the level's sends per second as realised (:func:`llmlat.stats.send_rate`).
     """
     start, end = stats.row_times(req)
     ok = stats.ok_mask(req)
+    workers = stats.column(req, "worker")
     kinds = req["level_kind"].astype("string") if "level_kind" in req else None
     keys = [k for k in ("run_id", "level") if k in req]
-    rates: dict[float, list[float]] = {}
+    rates: dict[float, list[tuple[float, float]]] = {}
     for key, idx in req.groupby(keys, sort=False, dropna=False).indices.items():
         level = float(key[-1] if isinstance(key, tuple) else key)
         kind = None if kinds is None or kinds.iloc[idx[0]] is pd.NA else str(kinds.iloc[idx[0]])
+        clients = stats.closed_clients(kind, level)
+        measured = phase[idx] != "warmup"
         x = stats.throughput(
-            start[idx], end[idx], ok[idx], phase[idx] == "transient", phase[idx] != "warmup",
-            clients=stats.closed_clients(kind, level),
+            start[idx], end[idx], ok[idx], phase[idx] == "transient", measured, clients=clients,
+            workers=workers[idx],
         )[0]  # fmt: skip
-        rates.setdefault(level, []).append(x)
-    return pd.Series({k: float(np.mean(v)) for k, v in rates.items()})
+        sends = stats.send_rate(req.iloc[idx], measured, clients)
+        rates.setdefault(level, []).append((x, sends))
+    return pd.DataFrame(
+        {k: np.mean(v, axis=0) for k, v in rates.items()}, index=["throughput_rps", "offered_rps"]
+    ).T
 
 
 #: An open level is overloaded when its throughput falls short of the offered rate by more than
@@ -473,7 +478,8 @@ def _past_capacity(table: pd.DataFrame) -> np.ndarray:
 
 
 def offered_rate(table: pd.DataFrame) -> np.ndarray:
-    """Return each open level's arrival rate as realised (its sends over their span), else nominal.
+    """Return each open level's arrival rate as realised (:func:`~llmlat.stats.send_rate`), else
+    nominal.
 
     Parameters
     ----------
