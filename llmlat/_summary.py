@@ -20,9 +20,11 @@ Definitions (per level; warmup rows are left out unless asked for):
   first N completions of a closed level of N > 1 clients, MSER-5 on an open level). They count
   in ``n`` and the rates above, never in the latency statistics below.
 - ``throughput_rps``: the level's ok completion rate (:func:`llmlat.stats.throughput`: a closed
-  level's by Little's law over its middle rounds, an open level's in its steady window, from
-  the end of the transient to the last send; over the whole span, biased low by fill and
-  drain, when the level is too short). ``output_tokens_per_s``: ``completion_tokens`` of the
+  level's by Little's law over its middle rounds, N over the mean cycle of request and think
+  time, when every request succeeded; an open level's, or a closed one's that failed
+  requests, in its steady window, from the end of the transient (an open level's fill) to
+  the last send; over the whole span, biased low by fill and drain, when the level is too
+  short). ``output_tokens_per_s``: ``completion_tokens`` of the
   same completions over the same time (NaN if any lacks the count: an undercount would be a
   silent guess).
 - ``target_rate_rps``: the level of a ``rate`` sweep. ``achieved_rate_rps``: sends per second
