@@ -157,6 +157,7 @@ def level_outcome(
     x, low, high = stats.throughput_interval(
         start, end, stats.ok_mask(requests), phase == "transient", phase != "warmup",
         min_batch=stats.level_batch(kind, value), clients=stats.closed_clients(kind, value),
+        workers=stats.column(requests, "worker"),
     )  # fmt: skip
     done = np.isfinite(start) & np.isfinite(end)
     wall = float(end[done].max() - start[done].min()) if done.any() else math.nan

@@ -153,8 +153,7 @@ def _from_requests(
         raise ValueError(f"data: requests table needs columns 'level' and {col!r}")
     kind = _kind(req, level_kind)
     phase = stats.phases(req)
-    throughput = _throughput(req, phase)
-    slope = _slopes(req, phase)
+    rates = _rates(req, phase)
     req = req[phase != "warmup"]
     steady = phase[phase != "warmup"] == "measure"
     values = req[col].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -210,7 +209,7 @@ def _from_requests(
     table = pd.DataFrame({"level": levels, **_stats_from_times(times, batch)})
     failed = pd.Series(~answered).groupby(lv_all).sum()
     table["n_failed"] = failed.reindex(levels).to_numpy()
-    table["throughput_rps"] = throughput.reindex(levels).to_numpy(dtype=np.float64)
+    table["throughput_rps"] = rates["throughput_rps"].reindex(levels).to_numpy(dtype=np.float64)
     if "completion_tokens" in req:
         tok = pd.to_numeric(req["completion_tokens"], errors="coerce")
         per_level = pd.Series(tok.to_numpy(np.float64, na_value=np.nan)[ok]).groupby(lv_all[ok])
@@ -234,15 +233,13 @@ def _from_requests(
         table["n_offered"] = calm["n"].reindex(levels).to_numpy(dtype=np.float64)
         table["n_refused"] = calm["refused"].reindex(levels).to_numpy(dtype=np.float64)
         table["vif_refused"] = calm["vif"].reindex(levels).to_numpy(dtype=np.float64)
-        # the arrival rate realised in the level (its sends over their span), so "served less
-        # than offered" is not judged against the Poisson noise of the arrivals
-        span = (per["t"].max() - per["t"].min()).reindex(levels).to_numpy(dtype=np.float64)
-        sent = per.size().reindex(levels).to_numpy(dtype=np.float64)
-        table["offered_rps"] = np.where(span > 0, (sent - 1) / span, np.nan)
-        table["n_sent"] = sent
+        # the arrival rate realised in the level, so "served less than offered" is not judged
+        # against the Poisson noise of the arrivals
+        table["offered_rps"] = rates["offered_rps"].reindex(levels).to_numpy(dtype=np.float64)
+        table["n_sent"] = per.size().reindex(levels).to_numpy(dtype=np.float64)
         # the completions' slope: a level past capacity measures it without the window's edge
-        table["slope_rps"] = slope["rate"].reindex(levels).to_numpy(dtype=np.float64)
-        table["n_slope"] = slope["n"].reindex(levels).to_numpy(dtype=np.float64)
+        table["slope_rps"] = rates["slope_rps"].reindex(levels).to_numpy(dtype=np.float64)
+        table["n_slope"] = rates["n_slope"].reindex(levels).to_numpy(dtype=np.float64)
     # an open level that refuses requests truncates its queue: its latency is not an M/M/c one,
     # unless the refusals are a queue cap, which the M/M/c/K form describes
     shed = _refused_levels(req, lv_all, _SHED) if kind == "rate" else refused
@@ -416,41 +413,37 @@ def queue_cap(
     return k if k >= 1 and np.mean(np.abs(held - k) <= 1) >= _CAP_SHARE else None
 
 
-def _throughput(req: pd.DataFrame, phase: np.ndarray) -> pd.Series:
-    """Per level: :func:`llmlat.stats.throughput`, the summary's rate.
+def _rates(req: pd.DataFrame, phase: np.ndarray) -> pd.DataFrame:
+    """Per level: the summary's rates, :func:`llmlat.stats.throughput` and ``send_rate``.
 
     One definition for the summary table and the fit; several runs of one level are averaged.
+    ``offered_rps`` is the level's sends per second as realised (:func:`llmlat.stats.send_rate`);
+    ``slope_rps`` the completions' slope (:func:`llmlat.stats.completion_slope`) over
+    ``n_slope`` completions in all runs.
     """
     start, end = stats.row_times(req)
     ok = stats.ok_mask(req)
+    workers = stats.column(req, "worker")
     kinds = req["level_kind"].astype("string") if "level_kind" in req else None
     keys = [k for k in ("run_id", "level") if k in req]
-    rates: dict[float, list[float]] = {}
+    rates: dict[float, list[tuple[float, float, float, float]]] = {}
     for key, idx in req.groupby(keys, sort=False, dropna=False).indices.items():
         level = float(key[-1] if isinstance(key, tuple) else key)
         kind = None if kinds is None or kinds.iloc[idx[0]] is pd.NA else str(kinds.iloc[idx[0]])
+        clients = stats.closed_clients(kind, level)
+        measured = phase[idx] != "warmup"
         x = stats.throughput(
-            start[idx], end[idx], ok[idx], phase[idx] == "transient", phase[idx] != "warmup",
-            clients=stats.closed_clients(kind, level),
+            start[idx], end[idx], ok[idx], phase[idx] == "transient", measured, clients=clients,
+            workers=workers[idx],
         )[0]  # fmt: skip
-        rates.setdefault(level, []).append(x)
-    return pd.Series({k: float(np.mean(v)) for k, v in rates.items()})
-
-
-def _slopes(req: pd.DataFrame, phase: np.ndarray) -> pd.DataFrame:
-    """Per level: :func:`llmlat.stats.completion_slope` (``rate``, ``n``), runs pooled by mean."""
-    start, end = stats.row_times(req)
-    ok = stats.ok_mask(req)
-    keys = [k for k in ("run_id", "level") if k in req]
-    rows = []
-    for key, idx in req.groupby(keys, sort=False, dropna=False).indices.items():
-        level = float(key[-1] if isinstance(key, tuple) else key)
-        rate, n = stats.completion_slope(
-            start[idx], end[idx], ok[idx], phase[idx] == "transient", phase[idx] != "warmup"
+        sends = stats.send_rate(req.iloc[idx], measured, clients)
+        slope, n = stats.completion_slope(
+            start[idx], end[idx], ok[idx], phase[idx] == "transient", measured
         )
-        rows.append((level, rate, n))
-    frame = pd.DataFrame(rows, columns=["level", "rate", "n"])
-    return frame.groupby("level").agg(rate=("rate", "mean"), n=("n", "sum"))
+        rates.setdefault(level, []).append((x, sends, slope, n))
+    rows = {k: [*np.mean(v, axis=0)[:3], sum(r[3] for r in v)] for k, v in rates.items()}
+    names = ["throughput_rps", "offered_rps", "slope_rps", "n_slope"]
+    return pd.DataFrame(rows, index=names).T
 
 
 #: An open level is overloaded when its throughput falls short of the offered rate by more than
@@ -494,7 +487,8 @@ def _past_capacity(table: pd.DataFrame) -> np.ndarray:
 
 
 def offered_rate(table: pd.DataFrame) -> np.ndarray:
-    """Return each open level's arrival rate as realised (its sends over their span), else nominal.
+    """Return each open level's arrival rate as realised (:func:`~llmlat.stats.send_rate`), else
+    nominal.
 
     Parameters
     ----------

@@ -20,14 +20,18 @@ Definitions (per level; warmup rows are left out unless asked for):
   first N completions of a closed level of N > 1 clients, MSER-5 on an open level). They count
   in ``n`` and the rates above, never in the latency statistics below.
 - ``throughput_rps``: the level's ok completion rate (:func:`llmlat.stats.throughput`: a closed
-  level's by Little's law over its middle rounds, an open level's in its steady window, from
-  the end of the transient to the last send; over the whole span, biased low by fill and
-  drain, when the level is too short). ``output_tokens_per_s``: ``completion_tokens`` of the
+  level's by Little's law over its middle rounds, N over the mean cycle of request and think
+  time, when every request succeeded; an open level's, or a closed one's that failed
+  requests, in its steady window, from the end of the transient (an open level's fill) to
+  the last send; over the whole span, biased low by fill and drain, when the level is too
+  short). ``output_tokens_per_s``: ``completion_tokens`` of the
   same completions over the same time (NaN if any lacks the count: an undercount would be a
   silent guess).
-- ``target_rate_rps``: the level of a ``rate`` sweep. ``achieved_rate_rps``: sends per second,
-  ``(k - 1) / (last t_sent - first t_sent)`` over the k rows that were sent (``t_scheduled`` when
-  ``t_sent`` is absent), so a client that fell behind its schedule shows it.
+- ``target_rate_rps``: the level of a ``rate`` sweep. ``achieved_rate_rps``: sends per second
+  past the level's opening (:func:`llmlat.stats.send_rate`: ``t_sent``, else ``t_scheduled``,
+  from the first send of an open level, or the last of a closed level's first round, sent at
+  once, to the last send), so a client that fell behind its schedule shows it; on a steady
+  closed level it is the throughput.
 - ``mean_in_flight``: the sum of ``latency_s`` over ``span_s`` (the time-average number of
   requests in flight, failures included: they held a slot too).
 - ``latency_*_s``, ``ttft_*_s``, ``itl_*_s``: mean and percentiles (linear interpolation) over the
@@ -374,16 +378,6 @@ def _describe(values: np.ndarray, name: str) -> dict[str, float]:
     return stats
 
 
-def _send_rate(frame: pd.DataFrame) -> float:
-    sent = _column(frame, "t_sent")
-    if np.isnan(sent).all():
-        sent = _column(frame, "t_scheduled")
-    sent = sent[~np.isnan(sent)]
-    if len(sent) < 2 or sent.max() <= sent.min():
-        return math.nan
-    return (len(sent) - 1) / float(sent.max() - sent.min())
-
-
 def _level_stats(
     frame: pd.DataFrame,
     key: dict[str, Any],
@@ -408,10 +402,14 @@ def _level_stats(
     w_cut = (every["_phase"] == "transient").to_numpy(bool)
     w_measured = ((every["_phase"] == "warmup") == (phase == "warmup")).to_numpy(bool)
     w_measured = w_measured | (phase is None)
-    clients = _stats.closed_clients(kind, key["level"])
-    rps, windowed = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, clients=clients)
+    clients, workers = _stats.closed_clients(kind, key["level"]), _column(every, "worker")
+    rps, windowed = _stats.throughput(
+        w_start, w_end, w_ok, w_cut, w_measured, clients=clients, workers=workers
+    )
     tokens = _column(every, "completion_tokens")
-    tps = _stats.throughput(w_start, w_end, w_ok, w_cut, w_measured, tokens, clients=clients)[0]
+    tps = _stats.throughput(
+        w_start, w_end, w_ok, w_cut, w_measured, tokens, clients=clients, workers=workers
+    )[0]
     stats: dict[str, Any] = {
         **key,
         "level_kind": kind,
@@ -428,7 +426,7 @@ def _level_stats(
         "throughput_rps": rps,
         "output_tokens_per_s": tps,
         "target_rate_rps": float(key["level"]) if kind == "rate" else math.nan,
-        "achieved_rate_rps": _send_rate(frame),
+        "achieved_rate_rps": _stats.send_rate(every, w_measured, clients),
         "mean_in_flight": in_flight,
     }
     for name, col in _DISTRIBUTIONS.items():
@@ -465,6 +463,7 @@ def _slo_stats(
         weights=every["_meets"].to_numpy(np.float64),
         min_batch=batch,
         clients=_stats.closed_clients(key.get("level_kind"), key["level"]),
+        workers=_column(every, "worker"),
     )
     return {
         "slo_attainment": share,

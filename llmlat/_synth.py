@@ -358,14 +358,15 @@ def mgc_sweep(
     queue_cap: int | None = None,
     seed: int = 0,
     length: float = 1.0,
+    think_s: float = 0.0,
 ) -> pd.DataFrame:
     """Simulate a whole sweep as llmlat runs it, on c FCFS servers (M/G/c), exactly.
 
     Each level starts empty and runs the default length of :func:`llmlat._loadshapes.default_length`
     with no warmup: a closed level's N clients all send at time 0 (the start-up transient is in
     the data, as in a real sweep); an open level's Poisson arrivals run for its duration. With
-    ``queue_cap`` an open level refuses (429, ``rate_limited``) an arrival that finds that many
-    requests waiting.
+    ``queue_cap`` a level refuses (429, ``rate_limited``, after 1 ms) a request that finds that
+    many requests waiting; a closed level's client then sends again.
 
     Parameters
     ----------
@@ -380,11 +381,14 @@ def mgc_sweep(
     cv_s : float, default 1.0
         Service-time coefficient of variation (1: exponential; else gamma).
     queue_cap : int, optional
-        Most requests waiting (not in service) in an open level; more are refused.
+        Most requests waiting (not in service); more are refused.
     seed : int, default 0
         Seed.
     length : float, default 1.0
         Multiplies every level's default length.
+    think_s : float, default 0.0
+        A closed level's clients wait this long after each answer before sending again (a
+        constant, as the engine's ``think_time_s``).
 
     Returns
     -------
@@ -403,12 +407,20 @@ def mgc_sweep(
         if kind == "concurrency":
             ready = [(0.0, w) for w in range(int(value))]
             svc = _service(rng, mu, cv_s, reqs)
+            held: list[float] = []  # accepted requests still in the system
             for i in range(reqs):
                 t, w = heapq.heappop(ready)
+                while held and held[0] <= t:
+                    heapq.heappop(held)
+                if queue_cap is not None and len(held) - c >= queue_cap:
+                    heapq.heappush(ready, (t + 1e-3 + think_s, w))
+                    rows.append((t, t, t + 1e-3, w, False))
+                    continue
                 f = heapq.heappop(free)
                 e = max(t, f) + svc[i]
                 heapq.heappush(free, e)
-                heapq.heappush(ready, (e, w))
+                heapq.heappush(held, e)
+                heapq.heappush(ready, (e + think_s, w))
                 rows.append((t, max(t, f), e, w, True))
         else:
             arr = np.cumsum(rng.exponential(1 / value, int(3 * value * dur) + 50))

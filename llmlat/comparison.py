@@ -106,6 +106,7 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
     start, end = _stats.row_times(requests)
     ok = _stats.ok_mask(requests)
     latency = _stats.column(requests, "latency_s")
+    workers = _stats.column(requests, "worker")
     refused = (requests["error_kind"] == "rate_limited").fillna(False).to_numpy(bool) | (
         _stats.column(requests, "status") == 429
     )
@@ -127,7 +128,7 @@ def level_estimates(result: SweepResult, confidence: float = _stats.CONFIDENCE) 
         measured = ph != "warmup"
         est = _stats.throughput_interval(
             start[idx], end[idx], ok[idx], ph == "transient", measured, confidence,
-            min_batch=batch, clients=_stats.closed_clients(kind, level),
+            min_batch=batch, clients=_stats.closed_clients(kind, level), workers=workers[idx],
         )  # fmt: skip
         rows.append((kind, level, "throughput_rps", *est, int((ok[idx] & measured).sum())))
         hits = refused[idx][measured]

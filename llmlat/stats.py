@@ -24,18 +24,25 @@ Definitions (per level of one sweep):
   in flight). The transient ends when its last row has ended (a closed loop's first round,
   sent at once) or, where its sends spread past the first completion (an open loop), at its
   last send: an overloaded open level's transient rows end long after that, and waiting for
-  them left a short, late window whose rate ran 10-15% low at c = 64. An open level's
+  them left a short, late window whose rate ran 10-15% low at c = 64. Where nothing was cut
+  (a queue that does not build up) the window starts once the level holds its mean number in
+  flight: from its first completion it was still filling, and the fill went uncounted (-11%
+  at 50 arrivals holding 10, -20% at 200 holding 50). An open level's
   **throughput** is the ok completions ending inside it (rows of every phase: a warmup request
   still keeps the server busy) over its length.
-- **A closed level's throughput** is Little's law, ``X = L / mean(R)``, on the requests sent
-  past the first round and before the last N sends (``R`` their latencies, ``L`` the mean
-  number in flight from the first of their sends to the level's last: N without think time):
-  only for a level where every measured request succeeded (failures and retries come in
-  waves that a few rounds do not average out) and whose clients do not think between
-  requests (L at least 90% of N; with think time L varies too); other closed levels are
-  counted in the window. Each latency is one cycle of its client whatever the order requests
-  end in, so no window edge cuts a round of bunched completions in two; the last N are left
-  out as the drain holds them (a batching server decodes them faster). The window above
+- **A closed level's throughput** is Little's law, ``X = N / mean(R + Z)``, on the requests
+  sent past the first round and before the last N sends (``R`` their latencies, ``Z`` the
+  think time after each, to its client's next send, from the rows' ``worker``; a client's
+  last request thinks the mean). Without the clients it is ``L / mean(R)``, ``L`` the mean
+  number in flight from the first of their sends to the level's last, for clients that do
+  not think (L at least 90% of N). Only for a level where every measured request succeeded:
+  one that fails requests is past a limit of the server, which completes requests at its
+  capacity however they come, and its failures and retries come in waves that a few rounds
+  do not average out; such a level is counted in the window. Each cycle is its client's
+  whatever the order requests end in, so no window edge cuts a round of bunched completions
+  in two; the last N are left out as the drain holds them (a batching server decodes them
+  faster). Counted in the window, clients thinking twice the service ran -4% to +9% at three
+  rounds (c = 1-16, N = 2-32); by their cycles, -1.3% to +2.0%. The window above
   counted m completions over the m gaps before the last send, ``m / (m - 1)`` times too many
   on average (+14% at 30 requests on one server), and on levels of a few rounds left too
   little to count (-33% at 10 clients on 16 servers). The ratio's bias, its
@@ -105,6 +112,7 @@ __all__ = [
     "quantile_interval",
     "quantile_interval_ordered",
     "row_times",
+    "send_rate",
     "steady_window",
     "throughput",
     "throughput_interval",
@@ -431,7 +439,52 @@ def steady_window(start: np.ndarray, end: np.ndarray, transient: np.ndarray) -> 
     elif (transient & done).any():
         # a closed loop's first round, sent at once: steady once all of it has ended
         a = max(a, float(end[transient & done].max()))
+    elif float(start[done].max()) > a:
+        # nothing cut (a queue that does not build up): the level still fills at its first
+        # completion, where a cut transient's rows are still in flight at its end
+        a = _filled(start[done], end[done], a, float(start[done].max()))
     return a, float(start[done].max())
+
+
+def _filled(start: np.ndarray, end: np.ndarray, a: float, b: float) -> float:
+    """Return the first time from ``a`` on that the level holds its mean number in flight.
+
+    The completions in a window fall short of the arrivals in it by the growth of the number
+    in flight across it: a level that starts empty and is counted from its first completion
+    is still filling, and its fill (the mean number in flight L) was counted short: -11% at
+    50 arrivals and L = 10, -20% at 200 arrivals and L = 50. Counted once the level holds L
+    (the time average over the window from there on, found in a few rounds), the growth left
+    is about one request. A queue that keeps growing has no such mean and is left as it is
+    (its completions, at capacity, do not depend on how full it is): one whose number in
+    flight rises across the window's second half by more than twice the spread a steady
+    level's would (its time-weighted variance there, twice: two ends). One that grows too
+    slowly to tell keeps at least half its window.
+    """
+    sends, ends = np.sort(start), np.sort(end)
+    times = np.concatenate([sends, ends])
+    order = np.argsort(times, kind="stable")
+    steps = np.concatenate([np.ones(len(sends)), -np.ones(len(ends))])[order]
+    times, held = times[order], np.cumsum(steps)
+    mid = (a + b) / 2
+    late = (times > mid) & (times < b)
+    if late.sum() >= 2:
+        span = np.diff(np.concatenate([times[late], [b]]))
+        level, weight = held[late], span / span.sum()
+        var = float(np.sum(weight * (level - np.sum(weight * level)) ** 2))
+        rise = float(held[times <= b][-1] - held[times <= mid][-1])
+        if rise > 2 * math.sqrt(2 * var):
+            return a
+    first = a
+    for _ in range(10):
+        at = np.array([first, b])
+        mean = float(np.diff(_area(sends, at) - _area(ends, at))[0]) / (b - first)
+        reached = np.flatnonzero((times >= a) & (times < b) & (held >= mean))
+        nxt = float(times[reached[0]]) if reached.size else a
+        if nxt == first:
+            break
+        first = nxt
+    # at most half the window: a queue growing too slowly to tell reaches its mean late
+    return min(first, (a + b) / 2)
 
 
 def _window(
@@ -454,6 +507,55 @@ def _window(
     return a, b, done & measured, False
 
 
+def send_rate(requests: pd.DataFrame, measured: np.ndarray, clients: int | None = None) -> float:
+    """Return a level's achieved send rate: its sends past its opening over the time since.
+
+    The sends are ``t_sent`` (else ``t_scheduled``) of the measured rows, in order
+    ``s_1 <= ... <= s_k``. The opening is the first send of an open level, or a closed level's
+    first round, its N clients sending at once: ``s_j`` with j the measured rows among the
+    level's first N sends (at least 1). The rate is ``(k - j) / (s_k - s_j)``: the sends that
+    followed the opening over the time they took; on an open level the arrival rate as
+    realised. A closed level that :func:`throughput` counts by Little's law (every request
+    succeeded) sends as many requests as it completes, and its rate is that throughput
+    (``N / mean(R + Z)`` with the clients known, ``worker``; from the opening on, a level
+    whose clients think runs 4-18% low at 3-5 rounds, while they think after the first
+    round). Counting the first round's N sends in a span that starts with them read 4-16%
+    above the throughput at ten rounds, 55-60% at three.
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        The rows of one level, every phase.
+    measured : numpy.ndarray
+        Boolean per row: the rows whose sends are counted (e.g. not warmup).
+    clients : int, optional
+        A closed level's N (:func:`closed_clients`).
+
+    Returns
+    -------
+    float
+        Sends per second; NaN with fewer than two sends past the opening's first.
+    """
+    sent = column(requests, "t_sent")
+    if np.isnan(sent).all():
+        sent = column(requests, "t_scheduled")
+    known = np.isfinite(sent)
+    first = np.zeros(len(sent), bool)
+    if clients is not None:
+        first[np.argsort(np.where(known, sent, np.inf), kind="stable")[:clients]] = True
+    if clients is not None:
+        start, end = row_times(requests)
+        ok, workers = ok_mask(requests), column(requests, "worker")
+        little = _little(start, end, ok, first & measured, measured, clients, 1, workers)
+        if little is not None:
+            return _little_rate(little, np.ones(len(start), bool), None)
+    times = np.sort(sent[known & measured])
+    j = max(1, int((first & known & measured).sum()))
+    if len(times) <= j or not times[-1] > times[j - 1]:
+        return math.nan
+    return (len(times) - j) / float(times[-1] - times[j - 1])
+
+
 def closed_clients(kind: str | None, level: float) -> int | None:
     """Return a closed level's number of clients N (None for any other level).
 
@@ -472,6 +574,49 @@ def closed_clients(kind: str | None, level: float) -> int | None:
     return max(1, int(level)) if kind == "concurrency" else None
 
 
+def _think(
+    start: np.ndarray, end: np.ndarray, workers: np.ndarray | None, sent: np.ndarray
+) -> np.ndarray | None:
+    """Each sent row's think time: from its end to its client's next send (NaN for the last).
+
+    None without the rows' clients (``worker``) or with no client sending twice.
+    """
+    if workers is None:
+        return None
+    w = np.asarray(workers, np.float64)
+    idx = np.flatnonzero(sent & np.isfinite(w))
+    idx = idx[np.lexsort((start[idx], w[idx]))]
+    same = w[idx][1:] == w[idx][:-1]
+    if not same.any():
+        return None
+    out = np.full(len(start), np.nan)
+    out[idx[:-1][same]] = np.clip(start[idx[1:][same]] - end[idx[:-1][same]], 0.0, None)
+    return out
+
+
+def _closed_rows(
+    start: np.ndarray, sent: np.ndarray, measured: np.ndarray, first: np.ndarray, clients: int
+) -> np.ndarray:
+    """Return a closed level's rows that Little's law counts.
+
+    Measured, past the first round, and before the last N sends (the requests in flight when
+    the level stops sending, which the drain holds).
+    """
+    rows = sent & measured & ~first
+    rows[np.argsort(np.where(sent, start, np.inf), kind="stable")[: sent.sum()][-clients:]] = False
+    return rows
+
+
+def _cycle_ends(
+    start: np.ndarray, end: np.ndarray, rows: np.ndarray, think: np.ndarray | None
+) -> np.ndarray | None:
+    """Return the rows' cycle ends, ``end + Z`` (a client's last row: the rows' mean Z)."""
+    if think is None or not np.isfinite(think[rows]).any():
+        return None
+    z = think[rows]
+    return end[rows] + np.where(np.isfinite(z), z, float(np.nanmean(z)))
+
+
 def _little(
     start: np.ndarray,
     end: np.ndarray,
@@ -480,69 +625,86 @@ def _little(
     measured: np.ndarray,
     clients: int | None,
     min_batch: int,
+    workers: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, float, float] | None:
     """Return a closed level's Little's law terms: ``(rows, cycle s, relative variance, df)``.
 
-    The rate is ``L / mean(R)``: ``R`` the latencies of the measured rows past the first round
-    and before the last N sends (the requests in flight when the level stops sending, which
-    the drain holds), ``L`` the mean number of requests in flight from the first of their
-    sends to the level's last (about N: the clients' own gaps between requests). "cycle s" is
-    ``sum(R) / L``. None for an open level; when fewer than :data:`MIN_WINDOW_SHARE` of the
-    level's ok completions (and 2) are left; when a measured request failed; or when the
-    clients think between requests (``L`` under :data:`_BUSY` of N).
+    With the rows' clients known (``workers``), the rate is ``N / mean(R + Z)``: each measured
+    row past the first round whose client sent again has a cycle ``R + Z``, from its send to
+    its client's next (the request, failed or not, and the think time after it), and "cycle s"
+    is their sum over N. Without them, it is ``L / mean(R)``: ``R`` the latencies of the
+    measured rows past the first round and before the last N sends (the requests in flight
+    when the level stops sending, which the drain holds), ``L`` the mean number of requests in
+    flight from the first of their sends to the level's last (about N: the clients' own gaps
+    between requests), "cycle s" ``sum(R) / L``; only when every measured request succeeded
+    and the clients do not think (``L`` at least :data:`_BUSY` of N). None for an open level,
+    or when fewer than :data:`MIN_WINDOW_SHARE` of the level's ok completions (and 2) are left.
 
-    The relative variance of ``sum(R)`` (the rate's bias, see :func:`throughput`): the
-    latencies add up to the integral of the rows in flight, ``sum(m_k X_k)`` over the gaps
-    ``X_k`` between the level's completions, so it is ``sum(m_k^2) Var(X)`` with the gaps'
-    variance by overlapping batch means before the last send (batches of at least N gaps);
-    or, when larger, the latencies' own batch-means variance (requests that share no queue
-    vary by their service times, which the gaps between many completions understate).
+    The relative variance of the summed times (the rate's bias, see :func:`throughput`): they
+    add up to the integral of the rows open (in flight, or in their cycle) between the
+    level's events (completions, or sends), ``sum(m_k X_k)`` over the gaps ``X_k`` between
+    them, so it is ``sum(m_k^2) Var(X)`` with the gaps' variance by overlapping batch means
+    before the last send (batches of at least N gaps); or, when larger, the times' own
+    batch-means variance (requests that share no queue vary by their service times, which the
+    gaps between many completions understate).
     """
     if clients is None or (measured & ~ok).any():
-        # a level that failed requests (refused, retried after a back-off, timed out) comes in
-        # waves: when a request was sent decides how long it took, which a few rounds do not
-        # average out (the demo's 300 requests at 100 clients, past a 64-request limit: 6.8
-        # req/s for a capacity of 5.1); its completions, capped by the server, are counted
-        # in the window
+        # a level that failed requests is past a limit of the server, which serves at its
+        # capacity whatever the clients do, and its failures come in waves (the refused
+        # retry together after a back-off) that a few rounds do not average out: the demo's
+        # 300 requests at 100 clients past a 64-request limit read 6.8 req/s by Little's law
+        # for a capacity of 5.1. Its completions are counted in the window (on exact M/M/8
+        # closed loops refusing past 4 waiting, 24 clients thinking 2 s, 120 requests: the
+        # window -0.2% +- 1.7%, Little's law over the cycles -3.0% +- 1.6%, 100 seeds)
         return None
     sent = np.isfinite(start) & np.isfinite(end)
-    rows = sent & measured & ~transient
-    rows[np.argsort(np.where(sent, start, np.inf), kind="stable")[: sent.sum()][-clients:]] = False
+    rows = _closed_rows(start, sent, measured, transient, clients)
+    s = start[rows]
+    ends = _cycle_ends(start, end, rows, _think(start, end, workers, sent))
+    cycles = ends is not None
+    if ends is not None:
+        e, events = ends, np.sort(start[sent])  # a cycle ends at its client's next send
+    else:
+        e, events = end[rows], np.sort(end[sent])
     if rows.sum() < max(2, MIN_WINDOW_SHARE * (ok & measured & sent).sum()):
         return None
-    s, e = start[rows], end[rows]
-    starts, ends = np.sort(start[sent]), np.sort(end[sent])
-    a, b = float(s.min()), float(starts[-1])
-    if not b > a:
+    total = float(np.sum(e - s))
+    if cycles:
+        scale = float(clients)
+    else:
+        starts = np.sort(start[sent])
+        a, b = float(s.min()), float(starts[-1])
+        if not b > a:
+            return None
+        at = np.array([a, b])
+        scale = float(np.diff(_area(starts, at) - _area(events, at))[0]) / (b - a)
+        if not scale >= _BUSY * clients:
+            # clients that think between requests: L and mean(R) both vary, and the bias
+            # taken off for R alone ran -6% to +8% at three rounds (M/M/c, think time twice
+            # the service); their cycles need the clients (worker)
+            return None
+    if not (total > 0 and scale > 0):
         return None
-    at = np.array([a, b])
-    in_flight = float(np.diff(_area(starts, at) - _area(ends, at))[0]) / (b - a)
-    latency = float(np.sum(e - s))
-    if not (latency > 0 and in_flight >= _BUSY * clients):
-        # clients that think between requests: L and mean(R) both vary, and the bias taken
-        # off for R alone ran -6% to +8% at three rounds (M/M/c, think time twice the
-        # service); completions counted in the window ran -2% to +9% there
-        return None
-    # the rows' latencies as the integral of their number in flight between completions
-    done = np.unique(ends)
+    # the rows' times as the integral of their number open between events
+    done = np.unique(events)
     cuts = np.unique(
         np.concatenate([[s.min()], done[(done > s.min()) & (done < e.max())], [e.max()]])
     )
     gaps = np.diff(cuts)
     if len(gaps) < 2:
-        return rows, latency / in_flight, 0.0, math.nan
+        return rows, total / scale, 0.0, math.nan
     area = _area(np.sort(s), cuts) - _area(np.sort(e), cuts)
     m = np.divide(np.diff(area), gaps, out=np.zeros(len(gaps)), where=gaps > 0)
     # the gaps' variance before the last send: the drain's gaps, as fewer requests remain, grow
-    steady = gaps[cuts[1:] <= b]
+    steady = gaps[cuts[1:] <= float(np.max(start[sent]))]
     steady = steady if len(steady) >= 2 else gaps
     size = max(min_batch, clients)
-    rel2 = float(np.sum(m**2)) * _obm_variance(steady, size) / latency**2
+    rel2 = float(np.sum(m**2)) * _obm_variance(steady, size) / total**2
     df = _batch_df(len(steady), size)
     mean, se, df_rows = batch_means((e - s)[np.argsort(s, kind="stable")], size)
     if (se / mean) ** 2 > rel2:
         rel2, df = (se / mean) ** 2, df_rows
-    return rows, latency / in_flight, min(rel2, 0.5), float(df)
+    return rows, total / scale, min(rel2, 0.5), float(df)
 
 
 def _little_rate(
@@ -575,6 +737,7 @@ def throughput(
     weights: np.ndarray | None = None,
     *,
     clients: int | None = None,
+    workers: np.ndarray | None = None,
 ) -> tuple[float, bool]:
     """Completion rate of a level (see the module docstring: closed levels by Little's law).
 
@@ -591,8 +754,11 @@ def throughput(
     weights : numpy.ndarray, optional
         Count each completion with this weight (e.g. its output tokens) instead of 1.
     clients : int, optional
-        A closed level's N (:func:`closed_clients`): its rate by Little's law, the mean number
-        in flight over the mean latency of the requests between its first and last rounds.
+        A closed level's N (:func:`closed_clients`): its rate by Little's law, N over the mean
+        cycle (request and think time) of the requests between its first and last rounds.
+    workers : numpy.ndarray, optional
+        Each row's client (``worker``), which tells a closed level's cycles; without it, the
+        mean number in flight over the mean latency, for levels without think time or failures.
 
     Returns
     -------
@@ -600,7 +766,7 @@ def throughput(
         ``(rate, windowed)``: per second, and whether the level had a steady part long enough
         (else the rate is completions over the whole span).
     """
-    little = _little(start, end, ok, transient, measured, clients, 1)
+    little = _little(start, end, ok, transient, measured, clients, 1, workers)
     if little is not None:
         return _little_rate(little, ok, weights), True
     w = np.ones(len(start)) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -737,6 +903,7 @@ def throughput_interval(
     min_batch: int = 1,
     *,
     clients: int | None = None,
+    workers: np.ndarray | None = None,
 ) -> tuple[float, float, float]:
     """Return the throughput of :func:`throughput` with its interval.
 
@@ -764,7 +931,7 @@ def throughput_interval(
         0/1 per row: count only some completions, e.g. those meeting an SLO (goodput).
     min_batch : int, default 1
         Completions per cycle (a closed level's N), as for :func:`batch_means`.
-    clients : int, optional
+    clients, workers : optional
         As for :func:`throughput`.
 
     Returns
@@ -774,7 +941,7 @@ def throughput_interval(
     """
     from scipy.stats import chi2, norm, t  # lazy: scipy is slow to import
 
-    little = _little(start, end, ok, transient, measured, clients, min_batch)
+    little = _little(start, end, ok, transient, measured, clients, min_batch, workers)
     if little is not None:
         rate = _little_rate(little, ok, weights)
         rows, cycle_s, rel2, df = little
