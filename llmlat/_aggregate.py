@@ -45,10 +45,12 @@ class Observed:
     :mod:`llmlat.stats`) and ``vif``: the variance of the mean over its independent-draws value
     (1 for independent requests; larger when consecutive requests share queue states); where
     requests streamed, ``itl_s`` (mean inter-token latency: the decode step time) and
-    ``se_itl_s``; open loop, ``slope_rps`` and ``n_slope`` (the completions' slope over time
-    and their count, :func:`llmlat.stats.completion_slope`). ``times`` holds each level's
-    steady-state times in request order, ``itl_times`` (streamed) each request's mean
-    inter-token latency in the same order.
+    ``se_itl_s``; where output lengths were recorded, ``se_at_length_s`` (the mean latency's
+    error at the level's mean output length, :func:`_ratio_errors`); open loop, ``slope_rps``
+    and ``n_slope`` (the completions' slope over time and their count,
+    :func:`llmlat.stats.completion_slope`). ``times`` holds each level's steady-state times in
+    request order, ``itl_times`` (streamed) each request's mean inter-token latency in the same
+    order.
     """
 
     kind: str
@@ -212,8 +214,12 @@ def _from_requests(
     table["throughput_rps"] = rates["throughput_rps"].reindex(levels).to_numpy(dtype=np.float64)
     if "completion_tokens" in req:
         tok = pd.to_numeric(req["completion_tokens"], errors="coerce")
-        per_level = pd.Series(tok.to_numpy(np.float64, na_value=np.nan)[ok]).groupby(lv_all[ok])
-        table["tokens_mean"] = per_level.mean().reindex(levels).to_numpy()
+        tok = tok.to_numpy(np.float64, na_value=np.nan)
+        table["tokens_mean"] = (
+            pd.Series(tok[ok]).groupby(lv_all[ok]).mean().reindex(levels).to_numpy()
+        )
+        if metric == "latency":
+            table["se_at_length_s"] = _ratio_errors(times, np.split(tok[ok][order], cuts), batch)
     else:
         table["tokens_mean"] = np.nan
     table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
@@ -291,6 +297,24 @@ def _from_requests(
         obs.tokens_q = dict(zip(probs, np.quantile(lengths, probs) / tok, strict=True))
         obs.tokens_cv = float(np.std(lengths) / np.mean(lengths)) if len(lengths) > 1 else np.nan
     return obs
+
+
+def _ratio_errors(
+    times: list[np.ndarray], tokens: list[np.ndarray], batch: list[int]
+) -> np.ndarray:
+    """Per level: the error of its mean latency at its mean output length, as a ratio estimate.
+
+    A level's latency scales with its requests' output lengths, whose spread is most of its
+    variance (30-100 times in standard error on a simulated batching sweep): a fit comparing
+    the levels at one output length judges them by the error of the mean of
+    ``latency - R * tokens`` (R the level's ratio of means), by batch means over request order
+    as the level's other errors. NaN where a row lacks its length.
+    """
+    se = np.full(len(times), np.nan)
+    for i, (lat, tok, size) in enumerate(zip(times, tokens, batch, strict=True)):
+        if len(lat) > 2 and np.all(np.isfinite(tok)) and tok.mean() > 0:
+            se[i] = stats.batch_means(lat - lat.mean() / tok.mean() * tok, size)[1]
+    return se
 
 
 def _itl_stats(itls: list[np.ndarray], batch: list[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -494,8 +494,7 @@ def _batch_observe(
 ) -> Observed:
     """Return the batch fit's observations: each level without its drain (and start-up).
 
-    A closed level also gets the error of its mean at its mean output length
-    (:func:`_length_errors`); an open level loses its start-up (:func:`_fill_mask`).
+    An open level also loses its start-up (:func:`_fill_mask`).
 
     Past a level's last send no request replaces one that ends, so the batch shrinks and the
     last requests decode faster and wait less than in the steady state
@@ -541,9 +540,7 @@ def _batch_observe(
                 "batch grew from empty, by MSER-5 on their step times) left out of the latency "
                 "and step-time statistics"
             )
-    if metric != "latency" or obs.kind != "concurrency" or "completion_tokens" not in frame:
-        return obs
-    return _length_errors(obs, frame, meta, level_kind, refused)
+    return obs
 
 
 def _fill_mask(start: np.ndarray, end: np.ndarray, itl: np.ndarray, kept: np.ndarray) -> np.ndarray:
@@ -569,43 +566,6 @@ def _fill_mask(start: np.ndarray, end: np.ndarray, itl: np.ndarray, kept: np.nda
     if d and itl[idx[:d]].mean() < itl[idx[d:]].mean():
         cut = max(cut, start[idx[d]])
     return np.isfinite(start) & (start < cut)
-
-
-def _length_errors(
-    obs: Observed, frame: pd.DataFrame, meta: object, level_kind: str | None, refused
-) -> Observed:
-    """Return ``obs`` with ``se_at_length_s``, each closed level's mean's error as a ratio.
-
-    The ratio estimate: the level's mean latency over its mean output length, times that
-    length.
-
-    The batch fit compares a closed level's mean at the run's mean output length (a
-    request's latency is its length times the step time, plus its wait), which removes the
-    spread of the lengths, most of the level's variance; the mean's own error (``se_mean_s``)
-    still holds it, 30-100 times too large to judge a fit by. The ratio's error is that of
-    the mean of ``latency - R * tokens`` (R the level's ratio of means), by batch means over
-    request order, as the level's other errors. The requests are the level's latency rows,
-    taken by :func:`~llmlat._aggregate.observe` with each one's output length in place of
-    its time to first token (so the same rows, in the same order).
-    """
-    tokens = pd.to_numeric(frame["completion_tokens"], errors="coerce")
-    lengths = frame.assign(
-        ttft_s=tokens.astype("float64").where(frame["latency_s"].astype("float64").notna())
-    )
-    aux = observe(SimpleNamespace(requests=lengths, meta=meta), "ttft", level_kind, refused)
-    sizes = [len(t) for t in obs.request_times]
-    if aux.times is None or [len(t) for t in aux.times] != sizes:
-        return obs  # some rows lack their length: no ratio
-    se = np.full(len(sizes), np.nan)
-    for i, (lat, tok, level) in enumerate(
-        zip(obs.request_times, aux.times, obs.levels["level"], strict=True)
-    ):
-        if len(lat) > 2 and np.all(np.isfinite(tok)) and tok.mean() > 0:
-            excess = lat - lat.mean() / tok.mean() * tok
-            se[i] = _stats.batch_means(excess, _stats.level_batch(obs.kind, level))[1]
-    levels = obs.levels.copy()
-    levels["se_at_length_s"] = se
-    return replace(obs, levels=levels)
 
 
 def _max_refused(value: object) -> float | None:
