@@ -543,7 +543,6 @@ def send_rate(requests: pd.DataFrame, measured: np.ndarray, clients: int | None 
     first = np.zeros(len(sent), bool)
     if clients is not None:
         first[np.argsort(np.where(known, sent, np.inf), kind="stable")[:clients]] = True
-    if clients is not None:
         start, end = row_times(requests)
         ok, workers = ok_mask(requests), column(requests, "worker")
         little = _little(start, end, ok, first & measured, measured, clients, 1, workers)
