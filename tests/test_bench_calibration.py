@@ -133,3 +133,31 @@ def test_follow_measures_the_advised_levels_again_and_refits(bench):
     assert row["followed"] == 1.0
     assert row["requests_after"] == len(more) - len(data)
     assert row["c_exact_after"] in (0.0, 1.0) and row["c_cover_after"] in (0.0, 1.0)
+
+
+def test_break_truth_is_simulated_where_no_formula_is_exact(bench, monkeypatch):
+    """The plan's break is judged on an exact simulation for a non-exponential service (the
+    M/G/c approximations the fit uses would hide their own bias), and the simulation agrees
+    with the exact formulas where they exist: M/M/c, M/M/c/K, and closed N <= c (the service)."""
+    from scipy import stats
+
+    n = 20_000
+    monkeypatch.setattr(bench, "TRUTH_REQUESTS", n)
+    cells = {c.name: c for c in bench._cells()}
+    for name in ("mmc-open-c4-cv0.05", "mmc-opencap-c4-cv0.05"):
+        cell = cells[name]
+        target, batches = bench._target(cell)
+        sim, _ = bench.simulated_p95("rate", 0.7 * 4 * bench.MU, 4, 0.05, cell.queue_cap, n)
+        assert target == sim and len(batches) == 20
+    assert bench._target(cells["mmc-open-c4-cv1"])[1] is None  # the exact formula
+    lam = 0.7 * 4 * bench.MU
+    exact = {
+        None: float(llmlat.queueing.mmc_response_quantile(0.95, lam, bench.MU, 4)),
+        8: float(bench._mmck_quantile(0.95, np.array([lam]), {"mu": 2.0, "c": 4, "k_sys": 12})[0]),
+    }
+    for cap, want in exact.items():
+        sim, batches = bench.simulated_p95("rate", lam, 4, 1.0, cap, n)
+        se = np.std(batches, ddof=1) / np.sqrt(len(batches))
+        assert abs(sim - want) < 4 * se + 0.01 * want
+    sim, _ = bench.simulated_p95("concurrency", 3, 4, 0.3, None, n)  # 3 clients, 4 servers
+    assert sim == pytest.approx(stats.gamma.ppf(0.95, 1 / 0.09, scale=0.09 / bench.MU), rel=0.01)
