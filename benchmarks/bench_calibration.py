@@ -15,9 +15,13 @@ a shrinking batch, as a sweep's closed level does). Each seed is fitted with the
 - ``auto``: share of ``model="auto"`` fits that pick the right family, or say the candidates
   are indistinguishable (``FitResult.indistinguishable`` names a model of the other family);
   ``unsure``: share that say so
-- ``break``: share of plans whose recommended load breaks the target under the true model
-  (exact M/M/c quantiles for CV 1; the M/G/c approximations of ``llmlat.queueing`` otherwise);
-  the target is the true p95 at 70% of capacity
+- ``break``: share of plans whose recommended load breaks the target under the true model;
+  the target is the true p95 at 70% of capacity (open loop, behind the cell's cap). The truth is
+  exact: M/M/c (/K) formulas for CV 1, else the plan's load and the target's run through a long
+  exact simulation (:func:`simulated_p95`, 1,000,000 requests each, seeded, cached per truth and
+  load), not the M/G/c approximations the fit itself uses, which would hide their own bias;
+  ``break_sure``: share of plans whose p95 the simulation tells from the target beyond two
+  standard errors (printed with the target's own error)
 
 Targets (issue 10): c_exact >= 0.9, err <= 5%, cover in [0.90, 0.98], auto >= 0.9, break <= 5%.
 
@@ -58,6 +62,8 @@ integer and 95% set (before and after following) and its parameters' errors.
 from __future__ import annotations
 
 import argparse
+import functools
+import heapq
 import os
 import time
 import warnings
@@ -164,36 +170,110 @@ def _family(model: str) -> str:
     return "batch" if model == "batch" else ("mmc" if model in _MMC_FAMILY else "")
 
 
-def _true_p95(cell: Cell, load: float, kind: str) -> float:
-    n = np.array([int(load)])
+#: requests per simulated truth: the p95's batch-means standard error is ~0.1% of it
+TRUTH_REQUESTS = 1_000_000
+TRUTH_SEED = 7
+_TRUTH_BATCHES = 20
+
+
+@functools.lru_cache(maxsize=64)
+def simulated_p95(
+    kind: str, load: float, c: int, cv: float, cap: int | None, n: int
+) -> tuple[float, np.ndarray]:
+    """The p95 response time of c FCFS servers (gamma service, CV ``cv``) in steady state.
+
+    Exact discrete-event simulation: ``n`` requests (:data:`TRUTH_REQUESTS` for the benchmark) after
+    n/10 dropped (the queue starts empty), open Poisson arrivals at ``load`` req/s (with
+    ``cap`` most waiting; refused arrivals are no requests) or ``load`` closed clients sending
+    again at once. One seed for every truth and load (common random numbers: the same unit
+    draws scaled by the rate), so the p95s of two loads differ by the load, not by the draws;
+    per-batch p95s (20 batches in request order, paired across loads) give the errors. Cached
+    per truth and load.
+
+    Returns
+    -------
+    tuple
+        The p95 over all ``n`` and the 20 batches' p95s.
+    """
+    rng = np.random.default_rng(TRUTH_SEED)
+    m = n + n // 10
+    svc = rng.standard_gamma(1 / cv**2, m) * cv**2 / MU
+    resp = np.full(m, np.nan)
+    free = [0.0] * c
+    if kind == "rate":
+        arr = np.cumsum(rng.standard_exponential(m)) / load
+        ends: list[float] = []  # admitted requests in the system (with a cap)
+        for i in range(m):
+            a = arr[i]
+            if cap is not None:
+                while ends and ends[0] <= a:
+                    heapq.heappop(ends)
+                if len(ends) - c >= cap:
+                    continue  # refused
+            e = max(a, free[0]) + svc[i]
+            heapq.heapreplace(free, e)
+            if cap is not None:
+                heapq.heappush(ends, e)
+            resp[i] = e - a
+    else:
+        ready = [0.0] * int(load)
+        for i in range(m):
+            t = heapq.heappop(ready)
+            e = max(t, free[0]) + svc[i]
+            heapq.heapreplace(free, e)
+            heapq.heappush(ready, e)
+            resp[i] = e - t
+    resp = resp[m - n :]
+    batches = np.array([np.nanquantile(b, 0.95) for b in np.array_split(resp, _TRUTH_BATCHES)])
+    return float(np.nanquantile(resp, 0.95)), batches
+
+
+def _true_p95(cell: Cell, load: float, kind: str) -> tuple[float, np.ndarray | None]:
+    """The true p95 at a load and its batch p95s: an exact formula for exponential service
+    (no batches), else :func:`simulated_p95`."""
+    if cell.cv != 1.0:
+        return simulated_p95(kind, load, cell.c, cell.cv, cell.queue_cap, TRUTH_REQUESTS)
     if cell.queue_cap is not None:  # admitted requests behind the cap: M/M/c/K
         p = {"mu": MU, "c": cell.c, "k_sys": cell.c + cell.queue_cap}
-        if cell.cv != 1.0:
-            p["cv_s"] = cell.cv
-        return float(_mmck_quantile(0.95, np.array([load]), p)[0])
-    if cell.cv == 1.0 and kind == "rate":
+        return float(_mmck_quantile(0.95, np.array([load]), p)[0]), None
+    if kind == "rate":
         out = queueing.mmc_response_quantile(0.95, load, MU, cell.c)
-    elif cell.cv == 1.0:
-        out = queueing.closed_mmc_response_quantile(0.95, n, MU, cell.c, 0.0)
-    elif kind == "rate":
-        out = queueing.mgc_response_quantile(0.95, load, MU, cell.c, cell.cv)
     else:
-        out = queueing.closed_mgc_response_quantile(0.95, n, MU, cell.c, 0.0, cell.cv)
-    return float(np.ravel(out)[0])
+        out = queueing.closed_mmc_response_quantile(0.95, np.array([int(load)]), MU, cell.c, 0.0)
+    return float(np.ravel(out)[0]), None
 
 
-def _plan_breaks(cell: Cell, res) -> bool | None:
+def _target(cell: Cell) -> tuple[float, np.ndarray | None]:
+    """The p95 target: the truth's p95 at 70% of capacity, open loop (behind the cell's cap)."""
+    return _true_p95(cell, 0.7 * cell.c * MU, "rate")
+
+
+def _plan_breaks(cell: Cell, res) -> dict[str, float]:
+    """``break``: whether the plan's recommended load breaks the target under the truth;
+    ``break_sure``: whether the simulated truth tells it beyond two standard errors of the
+    difference of the two p95s (paired batch means; exact formulas are always sure)."""
     if cell.family != "mmc":
-        return None
-    target = _true_p95(cell, 0.7 * cell.c * MU, "rate")
+        return {}
+    target, target_batches = _target(cell)
     plan = res.plan(p95=target)
     if not plan.feasible:
-        return False  # says so instead of recommending a load
+        return {"break": 0.0, "break_sure": 1.0}  # says so instead of recommending a load
     if cell.kind == "rate":
-        return bool(plan.rate_rps >= cell.c * MU or _true_p95(cell, plan.rate_rps, "rate") > target)
-    if plan.concurrency is None:
-        return True
-    return _true_p95(cell, plan.concurrency, "concurrency") > target
+        if plan.rate_rps >= cell.c * MU:
+            return {"break": 1.0, "break_sure": 1.0}
+        p95, batches = _true_p95(cell, plan.rate_rps, "rate")
+    elif plan.concurrency is None:
+        return {"break": 1.0, "break_sure": 1.0}
+    else:
+        p95, batches = _true_p95(cell, plan.concurrency, "concurrency")
+    out = {"break": float(p95 > target), "break_sure": 1.0}
+    if batches is not None and target_batches is not None:
+        diff = batches - target_batches
+        se = np.std(diff, ddof=1) / np.sqrt(len(diff))
+        out["break_sure"] = float(abs(p95 - target) > 2 * se)
+        out["target_s"] = target
+        out["target_se_s"] = np.std(target_batches, ddof=1) / np.sqrt(len(target_batches))
+    return out
 
 
 def _occupancy(data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -356,10 +436,7 @@ def run_seed(
         row["unsure"] = float(unsure)
     except ValueError:
         row["auto"] = 0.0
-    brk = _plan_breaks(cell, res)
-    if brk is not None:
-        row["break"] = float(brk)
-    return row
+    return row | _plan_breaks(cell, res)
 
 
 #: the issue's targets for each share of seeds, as the range of true shares that meet them;
@@ -415,7 +492,17 @@ def seeds_to_decide(k: int, n: int, target: tuple[float, float]) -> int | None:
 def _counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
     """k of n seeds for each judged share (pooled over parameters for ``cover``)."""
     out = {}
-    shares = ("c_exact", "c_cover", "auto", "break", "misfit", "c_oracle", "c_thru", "c_req")
+    shares = (
+        "c_exact",
+        "c_cover",
+        "auto",
+        "break",
+        "break_sure",
+        "misfit",
+        "c_oracle",
+        "c_thru",
+        "c_req",
+    )
     for key in (*shares, "followed", "c_exact_after", "c_cover_after", "pinned_after"):
         vals = [r[key] for r in rows if key in r]
         if vals:
@@ -527,6 +614,15 @@ def _print(row: dict) -> None:
     ]
     size = f"requests/sweep {row['requests']:,.0f} (top level {row['top_requests']:,.0f})"
     print(f"    {size}; k/n [95% CI]: " + "  ".join(counts), flush=True)
+    if "target_s" in row:
+        k, n = row["counts"]["break_sure"]
+        print(
+            f"    break truth simulated: {TRUTH_REQUESTS:,} requests per load (seeded, common "
+            f"random numbers); target p95 {1e3 * row['target_s']:.1f} ms, its s.e. "
+            f"{1e3 * row['target_se_s']:.2f} ms; {k}/{n} plans told from the target beyond "
+            "2 s.e. of the difference",
+            flush=True,
+        )
     if "design" in row:
         print(f"    {row['design']}", flush=True)
     if "followed" in row:

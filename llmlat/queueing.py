@@ -465,10 +465,16 @@ def closed_mgc_response_quantile(
     An arriving request finds k others with the arrival-theorem probabilities of the
     exponential system (:func:`closed_arrival_distribution`). With k < c it is served at once:
     its time is the service law, gamma with mean ``1 / mu`` and CV ``cv_s`` (exact). Otherwise
-    it waits for j = k - c + 1 departures of c busy servers, mean ``j / (c mu)`` and squared CV
-    ``cv_s**2 / j`` (that of j service times in a row); its wait plus service is taken as a gamma
-    law with the mean and variance of that mixture. Use :func:`closed_mmc_response_quantile` for
-    exponential service (exact).
+    it waits for j = k - c + 1 departures of c busy servers, mean ``j / (c mu)``. Their spread
+    has two parts: the service times' own, ``j cv_s**2`` in squared spells of ``1 / (c mu)``,
+    and the servers' phases: sent as another request leaves, a request waits for the i-th
+    departure of a cycle (i = (j - 1) mod c + 1), the i-th least of c - 1 uniform phases for
+    constant service, ``i (c - i) / (c + 1)`` squared spells, weighted by ``1 - cv_s**2`` (none
+    for exponential service, whose spells are already Erlang). Its wait plus service is taken
+    as a gamma law with the mean and variance of that mixture. Without the phases' part the
+    p95 of 5 clients on 4 near-constant servers (CV 0.05) read 18% below the exact
+    simulation's, 16 servers 9% at N = 20 (within 2.5% with it). Use
+    :func:`closed_mmc_response_quantile` for exponential service (exact).
 
     Parameters
     ----------
@@ -496,9 +502,9 @@ def closed_mgc_response_quantile(
     seen = closed_arrival_distribution(nc, think_s, _mmc_rate(mu, c))
     j = np.clip(np.arange(seen.shape[1]) - c + 1, 0, None).astype(np.float64)
     mean = j / (c * mu)
-    return _queued_gamma_quantile(
-        float(q), seen * (j > 0), mean, mean**2 * cv_s**2 / np.fmax(j, 1.0), mu, cv_s
-    )
+    i = np.where(j > 0, (j - 1) % c + 1, 0)  # the departure's place in a cycle of c
+    var = (j * cv_s**2 + i * (c - i) / (c + 1.0) * (1.0 - cv_s**2)) / (c * mu) ** 2
+    return _queued_gamma_quantile(float(q), seen * (j > 0), mean, var, mu, cv_s)
 
 
 def _queued_gamma_quantile(
