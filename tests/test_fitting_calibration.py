@@ -274,6 +274,8 @@ def test_a_plan_takes_the_measured_service_cvs_uncertainty():
     target = float(_mmck_quantile(0.95, np.array([0.7 * c * MU]), truth)[0])
     plan = res.plan(p95=target)
     assert "measured service CV" in plan.note
+    assert "M/G/c approximation that reads low near the knee" in plan.note
+    assert "M/G/c" not in res.plan(mean=target).note  # the mean's wait is another formula
     if plan.feasible:
         assert _mmck_quantile(0.95, np.array([plan.rate_rps]), truth)[0] <= target
     else:  # it says so, and the nearest target it can promise is above the truth's
