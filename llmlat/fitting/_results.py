@@ -154,7 +154,10 @@ class FitResult:
             # at each level's own mean output length, as the fit compares them (a level whose
             # requests ran short is not a miss of the model)
             ratio = obs["tokens_mean"].to_numpy(dtype=np.float64) / p["tokens"]
-            out[f"{s}_pred_s"] *= np.where(np.isfinite(ratio), ratio, 1.0)
+            ratio = np.where(np.isfinite(ratio), ratio, 1.0)
+            out[f"{s}_pred_s"] *= ratio
+            # its clients cycle as much slower: the throughput of those requests
+            out["throughput_pred_rps"] /= ratio
         out["resid_s"] = out[f"{s}_s"] - out[f"{s}_pred_s"]
         out["resid_rel"] = out["resid_s"] / out[f"{s}_pred_s"]
         if "overloaded" in obs:  # fitted by its throughput only
