@@ -14,7 +14,7 @@ from llmlat import compare, fit
 from llmlat._aggregate import observe, resample
 from llmlat._loadshapes import default_length
 from llmlat._synth import batch_closed_requests, batch_open_requests, mgc_sweep
-from llmlat.fitting._fit import _fill_mask
+from llmlat.stats import fill_mask
 
 T0, T1 = 0.02, 0.002
 
@@ -280,7 +280,7 @@ def test_open_levels_start_up_is_left_out_of_the_batch_fit():
     level = data[data["level"] == rates[-1]]
     start, end = level["t_sent"].to_numpy(), level["t_end"].to_numpy()
     itl = level["itl_mean_s"].to_numpy()
-    cut = _fill_mask(start, end, itl, np.ones(len(level), bool))
+    cut = fill_mask(start, end, itl, np.ones(len(level), bool))
     # the first requests sent, at least until the longest one could have ended
     assert start[cut].max() < start[~cut].min()
     assert start[cut].max() >= start.min() + np.max(end - start) - 1.0

@@ -494,7 +494,7 @@ def _batch_observe(
 ) -> Observed:
     """Return the batch fit's observations: each level without its drain (and start-up).
 
-    An open level also loses its start-up (:func:`_fill_mask`).
+    An open level also loses its start-up (:func:`llmlat.stats.fill_mask`).
 
     Past a level's last send no request replaces one that ends, so the batch shrinks and the
     last requests decode faster and wait less than in the steady state
@@ -518,7 +518,7 @@ def _batch_observe(
         )
         kept = (_stats.phases(frame) == "measure") & ~drained & np.isfinite(itl)
         for idx in groups:
-            filling[idx] = _fill_mask(start[idx], end[idx], itl[idx], kept[idx])
+            filling[idx] = _stats.fill_mask(start[idx], end[idx], itl[idx], kept[idx])
     if drained.any() or filling.any():
         frame = frame.copy()
         for col in {f"{metric}_s", "itl_mean_s"} & set(frame.columns):
@@ -541,31 +541,6 @@ def _batch_observe(
                 "and step-time statistics"
             )
     return obs
-
-
-def _fill_mask(start: np.ndarray, end: np.ndarray, itl: np.ndarray, kept: np.ndarray) -> np.ndarray:
-    """Rows of one open batching level sent while its batch grew from empty.
-
-    A level starts with an idle server, so its first requests decode in smaller batches,
-    faster. The latency, whose spread is mostly the output length's, hides that from the
-    start-up cut of :func:`llmlat.stats.transient_mask`; the step times show it (slots 32 at
-    85% load: the first tenth of a default level read 11% short of the steady step time, and
-    t1 came out 1.8% low, median of 40 simulated sweeps). Below the slot cap the requests in
-    service are those of an infinite-server queue, whose number is steady once the longest
-    service has passed since the empty start: the rows sent before that are cut. Near the cap
-    a queue forms and takes longer to forget the start, so MSER-5 also runs on the step times,
-    in send order, over the rows ``kept`` (steady, outside the drain): the rows sent before
-    its cut go too, when they are the faster ones.
-    """
-    idx = np.flatnonzero(kept & np.isfinite(start) & np.isfinite(end))
-    if not len(idx):
-        return np.zeros(len(start), bool)
-    idx = idx[np.argsort(start[idx], kind="stable")]
-    cut = np.nanmin(start) + float(np.max(end[idx] - start[idx]))  # from the empty start
-    d = _stats.mser5(itl[idx])
-    if d and itl[idx[:d]].mean() < itl[idx[d:]].mean():
-        cut = max(cut, start[idx[d]])
-    return np.isfinite(start) & (start < cut)
 
 
 def _max_refused(value: object) -> float | None:
