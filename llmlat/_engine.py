@@ -10,7 +10,8 @@ shows a progress bar, and appends finished rows to disk as it goes when asked to
 Stopping: :meth:`Sweeper.stop` stops new sends and lets in-flight requests finish; cancelling
 the task that runs a sweep also cancels the in-flight requests, awaits them, keeps their rows
 (``error_kind="cancelled"``) and flushes the save file. Ctrl-C in :func:`sweep` does the first,
-then the second after a grace period (or at a second Ctrl-C).
+then the second after a grace period (or at a second Ctrl-C); :func:`run_sync` is that runner,
+with the signals to take as an argument (``llmlat sweep`` adds SIGTERM).
 """
 
 from __future__ import annotations
@@ -58,14 +59,14 @@ from llmlat.sim.process import serve_simulator
 if TYPE_CHECKING:  # pandas loads when a result is built, not while measuring
     from llmlat.results import DatasetWriter, SweepResult
 
-__all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "sweep"]
+__all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "run_sync", "sweep"]
 
 #: What is sent when no payload is given.
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 
 _LAG_INTERVAL_S = 0.01  # event-loop lag sampling period
 _FLUSH_INTERVAL_S = 0.2  # finished rows reach the save file within 0.25 s (timer lateness)
-_GRACE_S = 5.0  # after Ctrl-C in sweep(), how long requests in flight may take to finish
+_GRACE_S = 5.0  # after a stop signal, how long requests in flight may take to finish
 _POSTFIX_INTERVAL_S = 0.5  # how often the progress bar's ok rate / p95 are recomputed
 _LEVEL_LABEL = {"concurrency": "N={:g}", "rate": "rate={:g}/s", "trace": "trace x{:g}"}
 
@@ -650,19 +651,52 @@ def sweep(payload: Any = None, config: SweepConfig | None = None, **options: Any
     ValueError
         Naming the first invalid option.
     """
-    sweeper = Sweeper(payload, config, **options)
+    return run_sync(Sweeper(payload, config, **options))[0]
+
+
+def run_sync(
+    sweeper: Sweeper, signals: tuple[signal.Signals, ...] = (signal.SIGINT,)
+) -> tuple[SweepResult, signal.Signals | None]:
+    """Run a sweep from synchronous code; the first of ``signals`` stops it gracefully.
+
+    A signal is taken only in the main thread and only when its handler is the default one
+    (Python's Ctrl-C handler for SIGINT, the OS's for the others): an ignored signal stays
+    ignored (a job started with ``&`` by a shell without job control ignores SIGINT) and a
+    handler of the caller's own stays in place. The first signal stops new sends and gives the
+    requests in flight :data:`_GRACE_S` to finish; a second one, or the grace's end, cancels
+    them (each stays a row).
+
+    Parameters
+    ----------
+    sweeper : Sweeper
+        A sweep not yet run.
+    signals : tuple of signal.Signals, default (SIGINT,)
+        The signals that stop the sweep; ``llmlat sweep`` adds SIGTERM (its process is its own,
+        whereas a script calling :func:`sweep` expects SIGTERM to end it).
+
+    Returns
+    -------
+    result : SweepResult
+        One row per request issued; ``meta["interrupted"]`` when cut short.
+    stopped_by : signal.Signals or None
+        The signal that stopped the sweep, if one did.
+    """
+    got: list[signal.Signals] = []
     try:
-        result = _run_sync(sweeper)
+        result = _run_fresh_or_nested(sweeper, signals, got)
     except (KeyboardInterrupt, asyncio.CancelledError):
         sweeper.stop()  # in case the sweep runs on in a helper thread
         result = sweeper.result()
         result.meta["interrupted"] = True
+        got = got or [signal.SIGINT]
     if result.meta.get("interrupted"):
         notice(f"interrupted; returning the {len(result.requests)} requests measured so far")
-    return result
+    return result, got[0] if got else None
 
 
-def _run_sync(sweeper: Sweeper) -> SweepResult:
+def _run_fresh_or_nested(
+    sweeper: Sweeper, signals: tuple[signal.Signals, ...], got: list[signal.Signals]
+) -> SweepResult:
     """Run the sweep on a fresh loop (uvloop when installed), or via the running-loop helper."""
     try:
         asyncio.get_running_loop()
@@ -670,39 +704,54 @@ def _run_sync(sweeper: Sweeper) -> SweepResult:
         pass
     else:
         return run_coroutine(sweeper.run())
-    # Ctrl-C is ours to handle when Python's default handler is in place (not ignored, say)
-    ours = (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    )
+    ours = tuple(s for s in signals if _default_handler(s)) if _in_main_thread() else ()
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(_run_with_grace(sweeper) if ours else sweeper.run())
+        return runner.run(_run_with_grace(sweeper, ours, got) if ours else sweeper.run())
 
 
-async def _run_with_grace(sweeper: Sweeper) -> SweepResult:
-    """Run the sweep; the first SIGINT stops it gracefully, a second or the grace's end cancels."""
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _default_handler(sig: signal.Signals) -> bool:
+    """Whether ``sig`` is at its default: a sweep takes it over only then."""
+    default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+    return signal.getsignal(sig) is default
+
+
+async def _run_with_grace(
+    sweeper: Sweeper, signals: tuple[signal.Signals, ...], got: list[signal.Signals]
+) -> SweepResult:
+    """Run the sweep; the first signal stops it gracefully, a second or the grace's end cancels.
+
+    The signals received are appended to ``got``.
+    """
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
     grace: list[asyncio.TimerHandle] = []
 
-    def on_sigint() -> None:
-        if not grace:
-            sweeper.stop()
-            grace.append(loop.call_later(_GRACE_S, task.cancel))
-            print(
-                f"llmlat: stopping; waiting up to {_GRACE_S:g}s for the requests in flight "
-                "(Ctrl-C again to cancel them)",
-                file=sys.stderr,
-            )
-        else:
+    def on_signal(sig: signal.Signals) -> None:
+        got.append(sig)
+        if grace:
             task.cancel()
+            return
+        sweeper.stop()
+        grace.append(loop.call_later(_GRACE_S, task.cancel))
+        again = "Ctrl-C" if sig == signal.SIGINT else sig.name
+        print(
+            f"llmlat: stopping ({sig.name}); waiting up to {_GRACE_S:g}s for the requests in "
+            f"flight ({again} again to cancel them)",
+            file=sys.stderr,
+        )
 
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         return await sweeper.run()
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
         for handle in grace:
             handle.cancel()
 

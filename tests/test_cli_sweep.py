@@ -116,9 +116,17 @@ def test_help_lists_every_option_and_the_exit_codes():
     assert "exit codes:" in top and "130" in top
 
 
-def interrupt_sweep(tmp_path, sim_options: dict, presses: int, ready) -> tuple:
-    """Start ``llmlat sweep`` on a simulator, wait for ``ready(sim, out)``, press Ctrl-C."""
+def interrupt_sweep(
+    tmp_path, sim_options: dict, ready, sends=(signal.SIGINT,), *, job: bool = False, code=130
+) -> tuple:
+    """Start ``llmlat sweep`` on a simulator, wait for ``ready(sim, out)``, send ``sends``.
+
+    ``job``: started as a shell without job control starts ``cmd &`` (SIGINT ignored), where
+    the signals are first checked to be ignored or taken (``llmlat: stopping`` said each time).
+    """
     out = tmp_path / "partial.parquet"
+    # a shell may start background jobs with SIGINT ignored; the child inherits that
+    sigint = signal.SIG_IGN if job else signal.SIG_DFL
     with Simulator(**{**FAST, **sim_options}) as sim, open(tmp_path / "err", "w+") as err_file:
         proc = subprocess.Popen(
             [
@@ -128,24 +136,24 @@ def interrupt_sweep(tmp_path, sim_options: dict, presses: int, ready) -> tuple:
             stdout=subprocess.PIPE,
             stderr=err_file,  # a file: an unread pipe would fill up with the progress bar
             text=True,
-            # a shell may start background jobs with SIGINT ignored; the child inherits that
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
         )  # fmt: skip
         try:
-            deadline = time.monotonic() + 60
-            while not ready(sim, out):
-                if time.monotonic() > deadline:
-                    pytest.fail("the sweep never got going")
-                time.sleep(0.1)
-            for _ in range(presses):
-                proc.send_signal(signal.SIGINT)
-                time.sleep(0.3)
+            poll(lambda: ready(sim, out), "the sweep never got going")
+            for i, sig in enumerate(sends):
+                said = _said(err_file)
+                proc.send_signal(sig)
+                if sig == signal.SIGINT and job:  # ignored: the sweep goes on sending
+                    served = len(sim.truth())
+                    poll(lambda s=served: len(sim.truth()) >= s + 8, "the sweep stopped")
+                elif i == 0:  # taken once the grace handler says so, before the next one
+                    poll(lambda s=said: s < _said(err_file), "the signal was not taken")
             stdout, _ = proc.communicate(timeout=30)
         finally:
             proc.kill()
         err_file.seek(0)
         stderr = err_file.read()
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == code, stderr
     assert stdout.strip().splitlines()[1].split()[0] == "4"  # the summary of level 4
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert "Task was destroyed" not in stderr
@@ -154,22 +162,50 @@ def interrupt_sweep(tmp_path, sim_options: dict, presses: int, ready) -> tuple:
     return result, stderr
 
 
-def test_ctrl_c_lets_requests_in_flight_finish_then_exits_130(tmp_path):
-    def ten_rows_saved(sim, out):
-        journal = out.with_name(out.name + ".journal")
-        return journal.exists() and len(llmlat.read(out).requests) >= 10
+def _said(err_file) -> int:
+    err_file.seek(0)
+    return err_file.read().count("llmlat: stopping")
 
-    result, stderr = interrupt_sweep(tmp_path, {"t0_s": 0.01}, 1, ten_rows_saved)
+
+def poll(condition, failure: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(failure)
+        time.sleep(0.05)
+
+
+def ten_rows_saved(sim, out):
+    journal = out.with_name(out.name + ".journal")
+    return journal.exists() and len(llmlat.read(out).requests) >= 10
+
+
+def test_ctrl_c_lets_requests_in_flight_finish_then_exits_130(tmp_path):
+    result, stderr = interrupt_sweep(tmp_path, {"t0_s": 0.01}, ten_rows_saved)
     assert 10 <= len(result.requests) < 100000
     assert result.requests["ok"].all()  # the grace period let the 4 in flight finish
     assert "waiting up to" in stderr
+
+
+def test_sigterm_stops_a_background_job_that_ignores_ctrl_c(tmp_path):
+    # `llmlat sweep ... &` in a script: Ctrl-C is ignored (and stays so), `kill PID` stops it
+    # as Ctrl-C would in a terminal: requests in flight finish, rows saved, exit code 143
+    sends = (signal.SIGINT, signal.SIGTERM)
+    result, stderr = interrupt_sweep(
+        tmp_path, {"t0_s": 0.01}, ten_rows_saved, sends, job=True, code=143
+    )
+    assert 10 <= len(result.requests) < 100000
+    assert result.requests["ok"].all()
+    assert stderr.count("llmlat: stopping (SIGTERM)") == 1
+    assert "SIGTERM again to cancel" in stderr
 
 
 def test_second_ctrl_c_cancels_requests_in_flight(tmp_path):
     def four_in_flight(sim, out):
         return len(sim.truth()) >= 4
 
-    result, _ = interrupt_sweep(tmp_path, {"p_stall": 1.0, "stall_s": 60.0}, 2, four_in_flight)
+    sends = (signal.SIGINT, signal.SIGINT)
+    result, _ = interrupt_sweep(tmp_path, {"p_stall": 1.0, "stall_s": 60.0}, four_in_flight, sends)
     req = result.requests
     assert len(req) == 4
     assert (req["error_kind"] == "cancelled").all() and req["t_end"].notna().all()

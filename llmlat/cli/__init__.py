@@ -64,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         The process exit code (:data:`~llmlat.cli.options.EXIT_CODES`): 0 on success, 2 on
-        bad usage, 3 when a sweep had no successful request, 130 when interrupted.
+        bad usage, 3 when a sweep had no successful request, 130 when interrupted, 143 when a
+        sweep was stopped by SIGTERM.
     """
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)

@@ -43,6 +43,7 @@ EXIT_CODES = {
     3: "no request of the sweep succeeded (connection refused, TLS, 401, ...): the last error",
     4: "(report) written without a fitted model, so without a plan: the note says why",
     130: "interrupted (Ctrl-C); what was measured is printed and saved",
+    143: "stopped by SIGTERM (`kill PID`); what was measured is printed and saved",
 }
 
 #: Short forms of the most used options (``llmlat sweep`` and ``%%llmsweep`` alike).

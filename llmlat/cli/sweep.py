@@ -8,14 +8,18 @@ Examples::
 The flags are generated from :class:`~llmlat.config.SweepConfig` (``timeout_s`` ->
 ``--timeout-s``). Ctrl-C stops new sends, gives the requests in flight a few seconds to finish
 (a second Ctrl-C cancels them at once; each stays a row), prints and saves what was measured,
-and exits with code 130. A sweep in which no request succeeded exits with code 3 and prints the
-last error (when the first requests all fail the same way, the sweep stops there).
+and exits with code 130; SIGTERM (``kill PID``) does the same and exits with code 143. A sweep
+started with ``&`` by a shell without job control (a script, CI) ignores Ctrl-C, as Unix starts
+such jobs, and the sweep leaves it ignored: stop it with ``kill PID``. A sweep in which no
+request succeeded exits with code 3 and prints the last error (when the first requests all fail
+the same way, the sweep stops there).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -56,6 +60,11 @@ def add_parser(subparsers: Any) -> None:
         description="Send load at each level in turn, record every request, print a per-level "
         "table. Give one of --concurrency, --rate or --trace.",
         usage="llmlat sweep (-c N,N,... | -r R,R,... | --trace FILE) [options]",
+        epilog="stopping: Ctrl-C or SIGTERM (`kill PID`) stops new sends, lets the requests in "
+        "flight finish (up to 5 s; a second signal cancels them), prints and saves what "
+        "was measured, and exits with 130 (Ctrl-C) or 143 (SIGTERM). A sweep started with `&` "
+        "from a script or CI job ignores Ctrl-C (Unix starts such jobs so): stop it with "
+        "`kill PID`.",
     )
     add_payload_options(p)
     add_config_options(p)
@@ -94,11 +103,14 @@ def read_payload(path: Path) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     from llmlat._display import compact, to_text
-    from llmlat._engine import sweep
+    from llmlat._engine import Sweeper, run_sync
 
     warnings.formatwarning = _one_line_warning
     payload = args.prompt if args.payload is None else read_payload(args.payload)
-    result = sweep(payload, **options_from_args(args))
+    # the CLI owns its process: SIGTERM (`kill`, a CI timeout) stops the sweep as Ctrl-C does
+    result, stopped_by = run_sync(
+        Sweeper(payload, **options_from_args(args)), (signal.SIGINT, signal.SIGTERM)
+    )
     summary = result.summary()
     print(to_text(summary if args.full else compact(summary)))
     warn_client_bound(summary)
@@ -109,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     if result.meta.get("interrupted") and not result.meta.get("stopped_reason"):
         print("interrupted: the results above are partial", file=sys.stderr)
-        return 130
+        return 143 if stopped_by == signal.SIGTERM else 130
     if not result.requests["ok"].any():  # exit code 3 (EXIT_CODES)
         errors = result.requests["error"].dropna()
         said = f": {errors.iloc[-1]}" if len(errors) else ""
