@@ -4,9 +4,12 @@
 first byte, first generated content, each content chunk, end), classifies what went wrong into
 :data:`~llmlat.schema.ERROR_KINDS`, and retries per a :class:`RetryPolicy` (exponential backoff
 with full jitter, ``Retry-After`` honoured). It never raises for an HTTP, protocol, timeout or
-connection error: those are data. Given fallback URLs it acts as a gateway would: an attempt that
-fails as :class:`Failover` says goes on at once to the next URL, and the record says which one
-answered; a client-side :class:`TokenBucket` can pace every attempt.
+connection error: those are data. A complete 200 answer that carried no generated token is a
+failure too (``error_kind="protocol"``, its finish reason in ``error``): it has no first token,
+and counted as a success its short latency would flatter the level. Given fallback URLs it acts
+as a gateway would: an attempt that fails as :class:`Failover` says goes on at once to the next
+URL, and the record says which one answered; a client-side :class:`TokenBucket` can pace every
+attempt.
 
 The API key is read from the environment variable the target names when the client starts and
 lives only in the request headers: not in a Target, a Record, an error text or a repr (every
@@ -723,10 +726,14 @@ class Client:
                         if parser.times or resp.content_type == "text/event-stream"
                         else f"expected an event stream, got {resp.content_type or 'no type'}"
                     )
+                elif not parser.times:
+                    att.error_kind, error = "protocol", _no_token(parser)
             else:
                 out = self._endpoint.parse_body(bytes(resp.body))
                 if out.error is not None:
                     att.error_kind, error = out.error_kind, out.error
+                elif not out.content:
+                    att.error_kind, error = "protocol", _no_token(out)
             if att.error_kind in RETRYABLE:
                 verdict = "retry"
         if error is not None:
@@ -917,6 +924,17 @@ class FailFast:
         if self._seen < self.first:
             return None
         return f"the first {self.first} requests all failed the same way: {record.error}"
+
+
+def _no_token(answer: StreamParser | BodyResult) -> str:
+    """Return the error text of a complete 200 answer without a generated token.
+
+    Not a success: it has no first token, and its short latency would flatter the level.
+    """
+    said = [f"finish reason {answer.finish_reason}"] if answer.finish_reason else []
+    if answer.completion_tokens is not None:
+        said.append(f"{answer.completion_tokens} completion tokens")
+    return "HTTP 200 without a generated token" + (f" ({', '.join(said)})" if said else "")
 
 
 def _chunk_stats(record: Record, times: list[int], t0_ns: int) -> None:

@@ -33,7 +33,8 @@ __all__ = [
     "requests_frame",
 ]
 
-#: Values of ``error_kind``; a successful request has ``<NA>``.
+#: Values of ``error_kind``; a successful request has ``<NA>``. ``protocol`` is a malformed
+#: answer, or a complete 200 answer that carried no generated token.
 ERROR_KINDS = (
     "rate_limited",
     "server_error",

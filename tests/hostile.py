@@ -21,6 +21,18 @@ EVENTS = [
     {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
     {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}},
 ]
+# a complete answer that generated nothing (a content filter, say): no content delta at all
+EMPTY_EVENTS = [
+    {"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+    {"choices": [{"index": 0, "delta": {}, "finish_reason": "content_filter"}]},
+    {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 0}},
+]
+EMPTY_BODY = {
+    "choices": [
+        {"message": {"role": "assistant", "content": ""}, "finish_reason": "content_filter"}
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 0},
+}
 BODY = {
     "choices": [{"message": {"role": "assistant", "content": "Hello"}}],
     "usage": {"prompt_tokens": 5, "completion_tokens": 2},
@@ -118,13 +130,16 @@ class HostileServer:
             writer.write(part)
             await writer.drain()
 
-    async def _ok(self, writer, stream: bool, *, close_header: bool = False) -> None:
+    async def _ok(
+        self, writer, stream: bool, *, close_header: bool = False, empty: bool = False
+    ) -> None:
         extra = b"Connection: close\r\n" if close_header else b""
         if stream:
+            events = EMPTY_EVENTS if empty else EVENTS
             await self._write(writer, STREAM_HEAD + extra + b"\r\n")
-            await self._write(writer, *(chunk(e) for e in sse(EVENTS)), b"0\r\n\r\n")
+            await self._write(writer, *(chunk(e) for e in sse(events)), b"0\r\n\r\n")
         else:
-            data = json.dumps(BODY).encode()
+            data = json.dumps(EMPTY_BODY if empty else BODY).encode()
             await self._write(
                 writer,
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%s"
@@ -135,6 +150,8 @@ class HostileServer:
         """Answer one request; False closes the connection."""
         if mode in ("ok", "idle_close"):
             await self._ok(writer, stream)
+        elif mode == "empty":  # 200, complete, not one generated token
+            await self._ok(writer, stream, empty=True)
         elif mode == "close_after_answer":  # keep-alive by default, but it closes at once
             await self._ok(writer, stream)
             return False

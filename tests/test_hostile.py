@@ -30,6 +30,7 @@ FAULTS = {
     "drop_mid_body": "connection",
     "stall": "timeout",
     "malformed_head": "protocol",
+    "empty": "protocol",  # a 200 answer without a generated token is no success
     "bad_json_after_content": "protocol",
     "brotli": "protocol",
     "status_500": "server_error",
@@ -90,6 +91,29 @@ def test_every_request_is_a_row_with_the_right_error_kind(fault, stream, transpo
     if expected is None:
         assert req["completion_tokens"].eq(2).all()
         assert (req["chunks"] == 2).all() if stream else (req["chunks"] == 0).all()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_200_answer_without_a_token_is_a_failed_row_the_summary_counts(stream):
+    async def go():
+        async with HostileServer() as server:
+            return await run_sweep(server, "empty", stream=stream, retries=3)
+
+    result = asyncio.run(go())
+    req = result.requests
+    assert len(req) == 6 and not req["ok"].any()
+    assert (req["status"] == 200).all() and (req["attempts"] == 1).all()  # not retried
+    assert (
+        req["error"]
+        .eq(
+            "HTTP 200 without a generated token (finish reason content_filter, 0 completion tokens)"
+        )
+        .all()
+    )
+    assert req["completion_tokens"].eq(0).all()  # what the server reported stays
+    assert req["t_first_token"].isna().all() and req["ttft_s"].isna().all()
+    summary = result.summary()
+    assert summary["ok"].tolist() == [0] and summary["error_rate"].tolist() == [1.0]
 
 
 def test_a_server_that_closes_after_each_answer_fails_nothing_without_retries():

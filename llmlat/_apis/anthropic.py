@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlat._apis.base import BodyResult, Endpoint, StreamParser, as_int
+from llmlat._apis.base import BodyResult, Endpoint, StreamParser, as_int, reason_text
 
 __all__ = ["ANTHROPIC_VERSION", "MessagesEndpoint"]
 
@@ -58,6 +58,8 @@ class MessagesStream(StreamParser):
         elif self._error(obj):
             return True
         else:
+            if kind == "message_delta" and isinstance(obj.get("delta"), dict):
+                self.finish_reason = reason_text(obj["delta"].get("stop_reason"))
             usage = obj.get("usage")
             if usage is None and isinstance(obj.get("message"), dict):
                 usage = obj["message"].get("usage")
@@ -86,3 +88,6 @@ class MessagesEndpoint(Endpoint):
 
     def _body_usage(self, out: BodyResult, usage: dict[str, Any]) -> None:
         anthropic_usage(out, usage)
+
+    def _body_finish(self, obj: dict[str, Any]) -> Any:
+        return obj.get("stop_reason")

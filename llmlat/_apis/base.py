@@ -21,7 +21,7 @@ try:
 except ImportError:  # pragma: no cover - the plain json module is the fallback
     from json import loads  # type: ignore[assignment]  # orjson's signature is narrower
 
-__all__ = ["BodyResult", "Endpoint", "StreamParser", "loads"]
+__all__ = ["BodyResult", "Endpoint", "StreamParser", "loads", "reason_text"]
 
 
 class BodyResult:
@@ -31,6 +31,8 @@ class BodyResult:
     ----------
     content : bool
         Whether it carried generated content.
+    finish_reason : str or None
+        Why the answer ended, as the server said (``stop``, ``length``, ``content_filter``...).
     prompt_tokens, completion_tokens, cached_tokens, cache_creation_tokens : int or None
         Usage as reported by the server (None when not reported).
     error : str or None
@@ -46,11 +48,13 @@ class BodyResult:
         "content",
         "error",
         "error_kind",
+        "finish_reason",
         "prompt_tokens",
     )
 
     def __init__(self) -> None:
         self.content = False
+        self.finish_reason: str | None = None
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None
@@ -82,6 +86,11 @@ def error_of(obj: Any) -> tuple[str, str]:
     return "server_error", msg
 
 
+def reason_text(value: Any) -> str | None:
+    """Return a finish reason as short text (a server may send anything there), None if absent."""
+    return None if value is None or value == "" else str(value)[:40]
+
+
 def as_int(value: Any) -> int | None:
     """``value`` when it is an int (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -105,6 +114,8 @@ class StreamParser(SSEDecoder):
         Usage as reported by the server.
     done : bool
         Whether the stream said the answer was complete (end of message, or a finish reason).
+    finish_reason : str or None
+        Why the answer ended, as the stream said (``stop``, ``length``, ``content_filter``...).
     ended : bool
         Whether the protocol's end of message arrived (nothing more is read).
     error : str or None
@@ -122,6 +133,7 @@ class StreamParser(SSEDecoder):
         "ended",
         "error",
         "error_kind",
+        "finish_reason",
         "prompt_tokens",
         "times",
     )
@@ -136,6 +148,7 @@ class StreamParser(SSEDecoder):
         self.cache_creation_tokens: int | None = None
         self.done = False
         self.ended = False
+        self.finish_reason: str | None = None
         self.error: str | None = None
         self.error_kind: str | None = None
 
@@ -348,6 +361,7 @@ class Endpoint:
             return out
         try:
             out.content = self._body_content(obj)
+            out.finish_reason = reason_text(self._body_finish(obj))
         except (KeyError, IndexError, TypeError, AttributeError):
             out.error_kind, out.error = "protocol", f"response body is not a {self.api} answer"
             return out
@@ -376,6 +390,10 @@ class Endpoint:
             return []
 
     def _body_content(self, obj: dict[str, Any]) -> bool:
+        raise NotImplementedError
+
+    def _body_finish(self, obj: dict[str, Any]) -> Any:
+        """Return the answer's finish reason as the server wrote it (None when it wrote none)."""
         raise NotImplementedError
 
     def _body_usage(self, out: BodyResult, usage: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmlat._apis.base import BodyResult, Endpoint, StreamParser, as_int
+from llmlat._apis.base import BodyResult, Endpoint, StreamParser, as_int, reason_text
 
 __all__ = ["ChatEndpoint", "CompletionsEndpoint"]
 
@@ -51,8 +51,9 @@ class _OpenAIStream(StreamParser):
                     if part:
                         text = part.get(self._key)
                         content = bool(text and type(text) is str) or self._other_content(part)
-                if choice.get("finish_reason"):
+                if reason := choice.get("finish_reason"):
                     self.done = True
+                    self.finish_reason = reason_text(reason)
             if content:
                 self.times.append(self._t)
         usage = obj.get("usage")
@@ -111,6 +112,9 @@ class _OpenAIEndpoint(Endpoint):
 
     def _body_usage(self, out: BodyResult, usage: dict[str, Any]) -> None:
         openai_usage(out, usage)
+
+    def _body_finish(self, obj: dict[str, Any]) -> Any:
+        return obj["choices"][0].get("finish_reason")
 
 
 class ChatEndpoint(_OpenAIEndpoint):
