@@ -8,6 +8,7 @@ after the hint is admitted."""
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 
 import aiohttp
@@ -29,8 +30,9 @@ async def wait_admitted(sim: Simulator, count: int) -> None:
 def check_429(reply, limit_kinds=("requests",)) -> float:
     assert reply.status == 429
     assert reply.json()["error"]["code"] == "rate_limit_exceeded"
-    retry = float(reply.headers["retry-after"])
-    assert int(reply.headers["retry-after-ms"]) == pytest.approx(retry * 1000, abs=1)
+    retry = int(reply.headers["retry-after-ms"]) / 1000  # the exact wait, rounded up
+    # Retry-After: RFC 9110's whole seconds, rounded up so that waiting it is enough too
+    assert reply.headers["retry-after"] == str(math.ceil(retry))
     for kind in limit_kinds:
         assert int(reply.headers[f"x-ratelimit-limit-{kind}"]) > 0
         assert int(reply.headers[f"x-ratelimit-remaining-{kind}"]) >= 0
@@ -53,7 +55,7 @@ def test_queue_limit_batch_mode():
             refused = await asyncio.gather(
                 *(call(session, sim.url, "openai-chat", body) for _ in range(2))
             )
-            retry = max(float(r.headers.get("retry-after", "nan")) for r in refused)
+            retry = max(int(r.headers["retry-after-ms"]) / 1000 for r in refused)
             await asyncio.sleep(retry)
             after = await call(session, sim.url, "openai-chat", body)
             served = await asyncio.gather(*first)
@@ -158,6 +160,61 @@ def test_tpm_bucket():
     level = tpm - admitted * cost + elapsed * tpm / 60
     assert refused["retry_after_s"] == pytest.approx((cost - level) / (tpm / 60), abs=0.02)
     assert after.status == 200
+
+
+def test_a_one_second_burst_refuses_within_the_first_second_and_says_when():
+    # 600 per minute held as 1 s of it: 10 pass at once, then one every 0.1 s (the minute's
+    # bucket of 600 would let a run of several seconds through without a single 429)
+    rpm = 600
+
+    async def go():
+        async with (
+            Simulator(preset="instant", rpm=rpm, limit_burst_s=1) as sim,
+            aiohttp.ClientSession() as session,
+        ):
+            body = body_for("openai-chat")
+            replies = []
+            while not replies or replies[-1].status == 200:
+                replies.append(await call(session, sim.url, "openai-chat", body))
+                assert len(replies) <= rpm // 2
+            retry = check_429(replies[-1])
+            await asyncio.sleep(retry)
+            after = await call(session, sim.url, "openai-chat", body)
+            return replies, after, sim.truth()
+
+    replies, after, truth = asyncio.run(go())
+    admitted = len(replies) - 1
+    remaining = [int(r.headers["x-ratelimit-remaining-requests"]) for r in replies[:admitted]]
+    assert remaining[0] == 9 and max(remaining) <= 10  # the bucket holds 10
+    assert all(r.headers["x-ratelimit-limit-requests"] == str(rpm) for r in replies)  # declared
+    refused = truth[truth["outcome"] == "rate_limited"].iloc[0]
+    elapsed = refused["t_arrival"] - truth["t_arrival"].iloc[0]
+    level = 10 - admitted + elapsed * rpm / 60
+    assert 10 <= admitted <= 10 + elapsed * rpm / 60 + 1
+    assert refused["retry_after_s"] == pytest.approx((1 - level) / (rpm / 60), abs=0.02)
+    assert after.status == 200  # the hint was honest
+
+
+def test_a_request_larger_than_the_burst_passes_when_full_and_leaves_a_debt():
+    tpm = 6000  # 100 tokens a second, held as 1 s: a request of 206 tokens never fits the bucket
+    body = body_for("openai-chat", "x" * 24, max_tokens=200)  # 6 prompt tokens
+
+    async def go():
+        async with (
+            Simulator(preset="instant", tpm=tpm, limit_burst_s=1) as sim,
+            aiohttp.ClientSession() as session,
+        ):
+            first = await call(session, sim.url, "openai-chat", body)
+            second = await call(session, sim.url, "openai-chat", body)
+            return first, second, sim.truth()
+
+    first, second, truth = asyncio.run(go())
+    assert first.status == 200 and first.headers["x-ratelimit-remaining-tokens"] == "0"
+    retry = check_429(second, limit_kinds=("tokens",))
+    # full (100) at the first, 206 taken: a debt of 106 to repay and 100 to refill, at 100/s
+    elapsed = truth["t_arrival"].iloc[1] - truth["t_arrival"].iloc[0]
+    assert truth["retry_after_s"].iloc[1] == pytest.approx(2.06 - elapsed, abs=0.02)
+    assert retry == pytest.approx(truth["retry_after_s"].iloc[1], abs=0.002)
 
 
 def test_request_larger_than_tpm_is_400():

@@ -11,9 +11,10 @@ in front of a model of one provider replica (:class:`SimConfig` holds every opti
 - ``mode="mmc"``: ``slots`` servers, FIFO queue, exponential service time of rate ``mu`` per
   server, tokens paced evenly over it: an exact M/M/c, to validate fitted models.
 - Admission: a waiting-queue limit (``queue_limit``) and per-minute token buckets (``rpm``,
-  ``tpm``); a refusal is a 429 with ``Retry-After`` (a full queue: its length over the service
-  rate, the expected wait for a slot; a bucket: the real time until it holds the tokens) and
-  ``x-ratelimit-*`` headers.
+  ``tpm``; refilled continuously, holding ``limit_burst_s`` seconds of the limit); a refusal
+  is a 429 with ``Retry-After`` (a full queue: its length over the service rate, the expected
+  wait for a slot; a bucket: the real time until it holds the tokens) and ``x-ratelimit-*``
+  headers.
 - Limits as the providers apply them: a context window (``context_tokens``; longer requests get
   400 ``context_length_exceeded``), a body size limit (``max_body_bytes``; 413), JSON nested too
   deeply (400), and Anthropic requests without ``max_tokens`` (400, as the real API).

@@ -141,21 +141,31 @@ def truth_frame(rows: list[TruthRow]) -> pd.DataFrame:
 
 
 class TokenBucket:
-    """A per-minute limit as a token bucket of that capacity, refilled continuously.
+    """A per-minute limit as a token bucket refilled continuously at ``per_minute / 60`` a second.
+
+    The bucket holds ``burst_s`` seconds of the limit: 60 is a whole minute's allowance (a burst
+    of the full limit passes at once); 1 enforces the limit per second, as providers may ("60,000
+    requests per minute may be enforced as 1,000 per second"). A request larger than the bucket
+    (a long prompt against a per-second share of the tokens-per-minute limit) is admitted when
+    the bucket is full and leaves it in debt, so the long-run rate stays the limit; one larger
+    than the whole per-minute limit never fits.
 
     Parameters
     ----------
     per_minute : float
-        Capacity, and tokens added per minute.
+        The limit: tokens added per minute.
     now : float
         Current time (loop clock); the bucket starts full.
+    burst_s : float, default 60.0
+        Seconds of the limit the bucket holds.
     """
 
-    __slots__ = ("capacity", "level", "rate", "t")
+    __slots__ = ("capacity", "level", "per_minute", "rate", "t")
 
-    def __init__(self, per_minute: float, now: float) -> None:
-        self.capacity = float(per_minute)
-        self.rate = self.capacity / 60.0
+    def __init__(self, per_minute: float, now: float, burst_s: float = 60.0) -> None:
+        self.per_minute = float(per_minute)
+        self.rate = self.per_minute / 60.0
+        self.capacity = self.rate * burst_s
         self.level = self.capacity
         self.t = now
 
@@ -166,10 +176,10 @@ class TokenBucket:
             self.t = now
 
     def wait_s(self, amount: float) -> float:
-        """Seconds until ``amount`` tokens are available (0 when they are now)."""
-        if amount > self.capacity:
+        """Seconds until ``amount`` tokens may be taken (0 when now, inf when never)."""
+        if amount > max(self.capacity, self.per_minute):
             return math.inf
-        return max(0.0, (amount - self.level) / self.rate)
+        return max(0.0, (min(amount, self.capacity) - self.level) / self.rate)
 
     def reset_s(self) -> float:
         """Seconds until the bucket is full again."""
@@ -470,8 +480,9 @@ class Replica:
         self.rows: deque[TruthRow] = deque(maxlen=config.truth_limit)
         self._arrivals = 0  # request ids go on counting when old rows are dropped
         now = self.loop.time()
-        self.rpm = TokenBucket(config.rpm, now) if config.rpm else None
-        self.tpm = TokenBucket(config.tpm, now) if config.tpm else None
+        burst = config.limit_burst_s
+        self.rpm = TokenBucket(config.rpm, now, burst) if config.rpm else None
+        self.tpm = TokenBucket(config.tpm, now, burst) if config.tpm else None
         self.engine = (_BatchEngine if config.mode == "batch" else _MMcEngine)(config, self.loop)
         self.stalls: set[asyncio.TimerHandle] = set()
         self.cache = PrefixCache(config.cache_min_tokens, config.cache_ttl_s)
@@ -634,7 +645,7 @@ class Replica:
                 continue
             bucket.refill(now)
             values = {
-                "limit": str(int(bucket.capacity)),
+                "limit": str(int(bucket.per_minute)),
                 "remaining": str(max(0, int(bucket.level))),
                 "reset": format_time(wall + bucket.reset_s())
                 if anthropic

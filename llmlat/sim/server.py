@@ -42,9 +42,10 @@ def _json_response(
 
 
 def _retry_headers(seconds: float) -> dict[str, str]:
-    # decimal seconds, rounded up to the millisecond so that waiting the hint is always enough
+    # Retry-After in whole seconds (RFC 9110's delay-seconds; clients parse it as an integer)
+    # and the exact wait in OpenAI's retry-after-ms, both rounded up so waiting is enough
     ms = max(1, math.ceil(seconds * 1000))
-    return {"Retry-After": f"{ms / 1000:.3f}", "retry-after-ms": str(ms)}
+    return {"Retry-After": str(math.ceil(ms / 1000)), "retry-after-ms": str(ms)}
 
 
 class _Api:
