@@ -231,12 +231,7 @@ class Sweeper:
         cfg = self.config
         url = urls[0]  # the primary; the others are fallbacks (issue 14)
         if self._model is None:  # the server's first listed model, or a one-line error
-            models = await list_models(cfg.target(url), transport=cfg.transport)
-            self._model = models[0]
-            notice(
-                f"no model given: using {models[0]!r}, the first of the {len(models)} "
-                "the server lists (GET /v1/models)"
-            )
+            self._model = await self._listed_model(urls)
         target = dataclasses.replace(cfg.target(url), model=self._model)
         self._t0_ns = time.perf_counter_ns()
         self._meta = {
@@ -310,6 +305,28 @@ class Sweeper:
                 self._bar.close()
             self._close_writer()
         return self.result()
+
+    async def _listed_model(self, urls: list[str]) -> str:
+        """Return the first model the first URL that answers lists (``GET /v1/models``).
+
+        The fallbacks are asked in order when the primary is down, as requests would fail over;
+        the primary's error is raised when none answers.
+        """
+        cfg = self.config
+        errors = []
+        for i, url in enumerate(urls):
+            try:
+                models = await list_models(cfg.target(url), transport=cfg.transport)
+            except ValueError as exc:
+                errors.append(exc)
+                continue
+            by = "the server lists" if i == 0 else f"fallback {redact_url(url)} lists"
+            notice(
+                f"no model given: using {models[0]!r}, the first of the {len(models)} "
+                f"{by} (GET /v1/models)"
+            )
+            return models[0]
+        raise errors[0]
 
     def _level_plans(self) -> Iterable[LevelPlan]:
         """Return the planned levels, or those an adaptive search chooses as levels end."""

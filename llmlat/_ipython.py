@@ -224,20 +224,27 @@ def _read_body(cell: str) -> Any:
         ) from None
 
 
-def _check_reachable(url: str) -> None:
-    """Raise UsageError when nothing accepts connections at ``url`` (a quick TCP connect)."""
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:
-        raise UsageError(f"--url: {exc}") from None
-    if parts.scheme not in ("http", "https") or not host:
-        raise UsageError(f"--url: expected http(s)://host[:port], got scheme {parts.scheme!r}")
-    try:
-        socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise UsageError(f"--url: cannot reach {parts.scheme}://{host}:{port} ({reason})") from None
+def _check_reachable(urls: list[str]) -> None:
+    """Raise UsageError when nothing accepts connections at any of ``urls`` (quick TCP connects).
+
+    One reachable URL of a failover list is enough: the others fail over to it.
+    """
+    failed = []
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise UsageError(f"--url: {exc}") from None
+        if parts.scheme not in ("http", "https") or not host:
+            raise UsageError(f"--url: expected http(s)://host[:port], got scheme {parts.scheme!r}")
+        try:
+            socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S).close()
+            return
+        except OSError as exc:
+            failed.append(f"{parts.scheme}://{host}:{port} ({exc.strerror or type(exc).__name__})")
+    where = failed[0] if len(failed) == 1 else f"any of {', '.join(failed)}"
+    raise UsageError(f"--url: cannot reach {where}")
 
 
 def _redact(text: str, api_key_env: str | None) -> str:
@@ -418,9 +425,9 @@ class LLMMagics(Magics):
             sim = self.simulator
             options["url"] = sim.url
             options.setdefault("model", sim.config.model)
-        if options.get("url") is not None:  # the primary (fallbacks may well be down)
+        if options.get("url") is not None:  # a fallback may be down, or the primary
             url = options["url"]
-            _check_reachable(url.split(",")[0].strip() if isinstance(url, str) else url[0])
+            _check_reachable([u.strip() for u in url.split(",")] if isinstance(url, str) else url)
         return options
 
     def _sweep(self, payload: Any, args: argparse.Namespace) -> SweepResult:

@@ -6,6 +6,7 @@ SIGINT run in a subprocess, so this test process stays unpatched and uninterrupt
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -439,6 +440,38 @@ def test_api_key_never_shown(
     with pytest.raises(UsageError) as info:  # an error message does not leak it either
         ip.run_cell_magic("llmsweep", "-c 1 --api-key-env LLMLAT_TEST_KEY --timeout-s -1", "hi")
     assert SENTINEL_KEY not in str(info.value)
+
+
+@pytest.mark.parametrize("primary", ["refusing", "down"])
+def test_a_failover_url_list_measures_through_the_fallback(
+    ip: InteractiveShell, sim: str, primary: str
+) -> None:
+    # a gateway's view: the primary answers 503 to everything, or accepts no connection; the
+    # %llmsim replica behind it as the fallback serves every request
+    from llmlat.sim import Simulator
+
+    with contextlib.ExitStack() as stack:
+        if primary == "refusing":
+            first = stack.enter_context(Simulator(preset="instant", p_503=1.0)).url
+        else:
+            first = f"http://127.0.0.1:{_closed_port()}"
+        line = f"--url {first},{sim} -c 2 -n 6 -o failed_over --no-progress"
+        ip.run_cell_magic("llmsweep", line, "hi")
+    res = ip.user_ns["failed_over"]
+    req, att = res.requests, res.attempts
+    assert res.meta["targets"] == [first, sim] and res.meta["model"] == "llmlat-sim"
+    assert len(req) == 6 and req["ok"].all() and (req["served_by"] == 1).all()
+    assert (req["attempts"] == 2).all()  # one at the primary, then at once the fallback
+    kind = "server_error" if primary == "refusing" else "connection"
+    assert (att.loc[att["target"] == 0, "error_kind"] == kind).all()
+    assert att.loc[att["target"] == 1, "error_kind"].isna().all()
+
+
+def test_a_url_list_with_nothing_listening_is_a_usage_error(ip: InteractiveShell) -> None:
+    down = [f"http://127.0.0.1:{_closed_port()}" for _ in range(2)]
+    with pytest.raises(UsageError, match=r"^--url: cannot reach any of") as info:
+        ip.run_cell_magic("llmsweep", f"--url {','.join(down)} -c 1 -n 1", "hi")
+    assert all(url.removeprefix("http://") in str(info.value) for url in down)
 
 
 def test_magic_from_a_plain_thread(ip: InteractiveShell, sim: str) -> None:
