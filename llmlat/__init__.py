@@ -9,9 +9,9 @@ change. Measure with :func:`sweep` (or :func:`asweep` under a running event loop
 fit queueing models with :func:`fit` and :func:`compare` (a :class:`FitResult`;
 :func:`verify_plan` measures its ``plan()``); test against the built-in :class:`Simulator`
 (a :class:`SimConfig`); price requests from the tokens the server reported with
-:class:`Prices` (:func:`request_costs`, ``summary(prices=...)``). :mod:`llmlat.datasets`,
-:mod:`llmlat.plot`, :mod:`llmlat.queueing` and :mod:`llmlat.schema` (the columns of
-:class:`Record` and :class:`Attempt`) are public modules.
+:class:`Prices` (:func:`request_costs`, ``summary(prices=...)``, the ``prices=`` option).
+:mod:`llmlat.datasets`, :mod:`llmlat.plot`, :mod:`llmlat.queueing` and :mod:`llmlat.schema`
+(the columns of :class:`Record` and :class:`Attempt`) are public modules.
 
 Heavy pieces (statsmodels, seaborn, the simulator) load on first use, so ``import llmlat`` stays
 cheap and never imports IPython or patches asyncio.

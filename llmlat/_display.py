@@ -29,6 +29,7 @@ COMPACT_COLUMNS = {
     "ttft_p95_s": "TTFT p95 s",
     "slo_attainment": "SLO %",  # with an SLO only
     "goodput_rps": "goodput /s",
+    "cost_per_1k_requests_usd": "$ / 1k req",  # with prices only
 }
 _PERCENT = ("ok_rate", "rate_limited_rate", "slo_attainment")
 # summary flag -> (the value that deserves a note, the note)

@@ -411,6 +411,15 @@ class SweepConfig:
         kind=dict,
         metavar="'KEY: SECONDS'",
     )
+    prices: dict[str, float] | None = _option(  # noqa: RUF009 (a field)
+        None,
+        "Token prices in USD per million (input, output, cache_read, cache_write; see "
+        "llmlat.Prices): the summary adds cost per request, per 1,000 requests and per hour "
+        "at each level's throughput; on the command line 'input: 3', repeatable.",
+        group="run",
+        kind=dict,
+        metavar="'NAME: USD'",
+    )
     seed: int = _option(
         0, "Seed of every random choice (schedules, retry jitter).", group="run", kind=int
     )
@@ -489,6 +498,13 @@ class SweepConfig:
             from llmlat.stats import check_slo  # lazy: loads pandas
 
             object.__setattr__(self, "slo", check_slo(self.slo))
+        if self.prices is not None:
+            from llmlat.cost import Prices  # lazy: loads pandas
+
+            try:
+                object.__setattr__(self, "prices", Prices.coerce(self.prices).to_dict())
+            except ValueError as exc:  # "prices.input: ..." names the option first
+                raise ValueError(str(exc).replace("prices.", "prices: ", 1)) from None
         self.target()  # validates the target's fields
         for url in self.urls()[1:]:
             Target(url)  # validates each fallback's URL

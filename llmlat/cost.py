@@ -12,7 +12,9 @@ estimate of the prompt or the answer:
   send (``<NA>``) means it reported no cache use: no discount, no surcharge.
 - Cached or written tokens without a ``cache_read`` / ``cache_write`` price: NaN, with the note.
 
-Per level (:func:`level_cost`, the ``cost_*`` columns of ``SweepResult.summary(prices=...)``):
+Per level (:func:`level_cost`, the ``cost_*`` columns of ``SweepResult.summary(prices=...)``,
+or of every summary of a sweep run with the ``prices=`` option, ``--prices`` in the CLI and
+``%%llmsweep``):
 ``cost_per_1k_requests_usd`` is the mean cost of the level's successful requests times 1,000
 (failed requests report no usage and are not billed); ``cost_per_hour_usd`` is that mean times
 the level's measured throughput (ok completions per second) times 3,600: the spend of an hour
@@ -123,7 +125,26 @@ class Prices:
         missing = [n for n in ("input", "output") if n not in value]
         if missing:
             raise ValueError(f"prices.{missing[0]}: required (USD per million tokens)")
-        return cls(**value)
+        return cls(**{name: _number(price) for name, price in value.items()})
+
+    def to_dict(self) -> dict[str, float]:
+        """Return the prices given, by name (the ``prices=`` option's form; no None).
+
+        Returns
+        -------
+        dict of str to float
+        """
+        return {name: price for name, price in asdict(self).items() if price is not None}
+
+
+def _number(value: Any) -> Any:
+    """Return a price given as text (the command line's ``'input: 3'``) as a number."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value  # Prices names the field in its error
+    return value
 
 
 def _counts(requests: pd.DataFrame, name: str) -> np.ndarray:

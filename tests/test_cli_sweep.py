@@ -36,16 +36,27 @@ def test_sweep_prints_the_summary_and_saves(tmp_path):
         proc = llmlat_sweep(
             "--url", sim.url, "--model", "llmlat-sim", "--concurrency", "1,4", "--requests", "8",
             "--warmup", "1", "--prompt", "hello there", "--save", str(out), "--no-progress",
-            "--seed", "2",
+            "--seed", "2", "--prices", "input: 3", "--prices", "output: 15000",
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0].split()[:2] == ["level", "n"]
+    assert lines[0].split()[:2] == ["level", "n"] and "$ / 1k req" in lines[0]
     assert [line.split()[:2] for line in lines[1:]] == [["1", "8"], ["4", "8"]]
     result = llmlat.read(out)
     assert len(result.requests) == 2 * 9 and result.requests["ok"].all()
     assert result.meta["seed"] == 2 and result.meta["interrupted"] is False
     assert "saved 18 requests" in proc.stderr
+    # the prices are an option of the run: the table shows what 1,000 requests cost, and the
+    # saved dataset's summary prices it again from the server-reported tokens
+    assert result.meta["load"]["prices"] == {"input": 3.0, "output": 15000.0}
+    measured = result.requests[result.requests["phase"] == "measure"]
+    by_level = (measured["prompt_tokens"] * 3 + measured["completion_tokens"] * 15000).groupby(
+        measured["level"]
+    )
+    expected = (by_level.mean() / 1e3).tolist()  # per million tokens, times 1,000 requests
+    assert result.summary()["cost_per_1k_requests_usd"].tolist() == pytest.approx(expected)
+    for line, cost in zip(lines[1:], expected, strict=True):
+        assert f"{cost:.4g}" in line.split()  # shown to 4 significant digits
 
 
 def test_sweep_without_url_runs_the_builtin_simulator(tmp_path):

@@ -63,6 +63,27 @@ def test_bad_prices_get_one_line_errors(prices, message):
         Prices.coerce(prices)
 
 
+def test_prices_is_a_sweep_option_the_summary_defaults_to():
+    # the one options model: a Prices, a mapping or the command line's text, kept as a dict
+    config = llmlat.SweepConfig.from_options
+    cfg = config(None, concurrency=1, prices={"input": "3", "output": 15, "cache_read": 0.3})
+    assert cfg.prices == {"input": 3.0, "output": 15.0, "cache_read": 0.3}
+    assert config(None, concurrency=1, prices=Prices(**SONNET)).to_meta()["prices"] == SONNET
+    with pytest.raises(ValueError, match=r"^prices: output: -1 is not allowed"):
+        config(None, concurrency=1, prices={"input": 3, "output": -1})
+    req = rows().assign(
+        t_scheduled=[0.0, 1.0, 2.0, 3.0, 4.0], latency_s=1.0, run_id="r", request_id=range(5)
+    )
+    req = req.assign(level_kind="concurrency")
+    priced = llmlat.SweepResult(req, meta={"load": {"prices": SONNET}})  # as a sweep saves it
+    assert priced.prices == SONNET
+    expected = summarize(req, prices=SONNET)["cost_per_1k_requests_usd"]
+    pd.testing.assert_series_equal(priced.summary()["cost_per_1k_requests_usd"], expected)
+    cheaper = priced.summary(prices={k: v / 10 for k, v in SONNET.items()})  # given: it wins
+    assert cheaper["cost_per_1k_requests_usd"].iloc[0] == pytest.approx(expected.iloc[0] / 10)
+    assert "cost_usd" not in llmlat.SweepResult(req).summary().columns  # only when priced
+
+
 def test_level_cost_in_the_summary():
     req = rows().assign(t_scheduled=[0.0, 1.0, 2.0, 3.0, 4.0], latency_s=1.0)
     table = summarize(req, prices=Prices(**SONNET))

@@ -225,10 +225,13 @@ def test_every_option_reaches_the_sweep(
         "--no-stream --max-tokens 4 --think-time-s 0.001 --warmup 1 --pause-s 0.01 --retries 1 "
         "--backoff-base-s 0.01 --backoff-max-s 0.02 "
         f"--max-retry-wait-s 5 --seed 7 --run-id closed1 --save {save} --no-progress "
-        "--headers 'X-Llmlat-Test: 1' --output closed"
+        "--headers 'X-Llmlat-Test: 1' --prices 'input: 2' --prices 'output: 8' --output closed"
     )
     ip.run_line_magic("llmsweep", line)
     res = ip.user_ns["closed"]
+    assert res.meta["load"]["prices"] == {"input": 2.0, "output": 8.0}
+    assert "$ / 1k req" in repr(res) and "$ / 1k req" in res._repr_html_()
+    assert res.summary()["cost_per_1k_requests_usd"].notna().all()
     meta, load = res.meta, res.meta["load"]
     assert (meta["url"], meta["api"], meta["model"], meta["seed"]) == (sim, "openai-chat", "m1", 7)
     assert meta["run_id"] == "closed1" and meta["levels"] == [1, 2]

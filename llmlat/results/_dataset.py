@@ -49,6 +49,7 @@ import pandas as pd
 from llmlat._display import compact, to_text
 from llmlat._redact import credential_header, redact
 from llmlat._summary import summarize
+from llmlat.cost import Prices
 from llmlat.results._savepath import (
     attempts_path,
     check_save_path,
@@ -274,6 +275,13 @@ class SweepResult:
         load = self.meta.get("load")
         return check_slo(load.get("slo")) if isinstance(load, dict) else None
 
+    @property
+    def prices(self) -> dict[str, float] | None:
+        """The sweep's token prices (``prices=`` option, from ``meta["load"]``), or None."""
+        load = self.meta.get("load")
+        prices = load.get("prices") if isinstance(load, dict) else None
+        return None if prices is None else Prices.coerce(prices).to_dict()
+
     # ------------------------------------------------------------ properties
 
     @property
@@ -309,9 +317,9 @@ class SweepResult:
             Which rows to summarize; None takes warmup and measured rows together.
         prices : llmlat.Prices or mapping, optional
             Token prices in USD per million (``input``, ``output``, ``cache_read``,
-            ``cache_write``): adds ``cost_usd``, ``cost_per_1k_requests_usd``,
-            ``cost_per_hour_usd`` (at the level's measured throughput) and ``cost_unpriced``
-            (:mod:`llmlat.cost`).
+            ``cache_write``; default: the sweep's ``prices=``): adds ``cost_usd``,
+            ``cost_per_1k_requests_usd``, ``cost_per_hour_usd`` (at the level's measured
+            throughput) and ``cost_unpriced`` (:mod:`llmlat.cost`).
         slo : dict of str to float, optional
             Bounds on ``ttft_s``, ``itl_s``, ``latency_s`` (default: the sweep's ``slo=``):
             adds SLO attainment and goodput, with intervals.
@@ -323,6 +331,7 @@ class SweepResult:
             (including the ``steady`` and ``client_bound`` rules).
         """
         slo = self.slo if slo is None else slo
+        prices = self.prices if prices is None else prices
         return summarize(
             self.requests, self.attempts, self.levels, phase=phase, prices=prices, slo=slo
         )
