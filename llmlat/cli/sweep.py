@@ -61,7 +61,7 @@ def add_parser(subparsers: Any) -> None:
         "table. Give one of --concurrency, --rate or --trace.",
         usage="llmlat sweep (-c N,N,... | -r R,R,... | --trace FILE) [options]",
         epilog="stopping: Ctrl-C or SIGTERM (`kill PID`) stops new sends, lets the requests in "
-        "flight finish (up to 5 s; a second signal cancels them), prints and saves what "
+        "flight finish (a few seconds; a second signal cancels them), prints and saves what "
         "was measured, and exits with 130 (Ctrl-C) or 143 (SIGTERM). A sweep started with `&` "
         "from a script or CI job ignores Ctrl-C (Unix starts such jobs so): stop it with "
         "`kill PID`.",
