@@ -72,6 +72,7 @@ def build_report(
     fit: Any = None,
     title: str = "llmlat report",
     notes: list[str] | None = None,
+    prices: Any = None,
 ) -> Report:
     """Fit, plan and write the report of a sweep.
 
@@ -94,6 +95,8 @@ def build_report(
         The page title.
     notes : list of str, optional
         Lines shown at the top of the page (e.g. how the fit was made).
+    prices : llmlat.Prices or mapping, optional
+        Token prices for the summary's cost columns (default: the sweep's ``prices=``).
 
     Returns
     -------
@@ -114,7 +117,7 @@ def build_report(
             notes.append("No capacity plan: it needs a fitted model (see the note above).")
         else:
             plan = fit.plan(p95=p95_s, rpm=rpm, tpm=tpm)
-    return write_report(result, out, fit=fit, plan=plan, title=title, notes=notes)
+    return write_report(result, out, fit=fit, plan=plan, title=title, notes=notes, prices=prices)
 
 
 def write_report(
@@ -125,6 +128,7 @@ def write_report(
     plan: Any = None,
     title: str = "llmlat report",
     notes: list[str] | None = None,
+    prices: Any = None,
 ) -> Report:
     """Write the report folder for a sweep and (optionally) its fit and plan.
 
@@ -142,6 +146,8 @@ def write_report(
         The page title.
     notes : list of str, optional
         Lines shown at the top of the page (e.g. why there is no fit).
+    prices : llmlat.Prices or mapping, optional
+        Token prices for the summary's cost columns (default: the sweep's ``prices=``).
 
     Returns
     -------
@@ -169,7 +175,7 @@ def write_report(
             path = out / "figures" / f"{name}.png"
             figure.savefig(path, bbox_inches="tight")
             report.figures.append(path)
-    summary = result.summary()
+    summary = result.summary(prices=prices)
     # the page shows the compact table; every column is in summary.csv beside it
     summary.to_csv(out / _SUMMARY_CSV, index=False)
     report.path.write_text(_page(result, summary, report, title), encoding="utf-8")

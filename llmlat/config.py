@@ -499,12 +499,9 @@ class SweepConfig:
 
             object.__setattr__(self, "slo", check_slo(self.slo))
         if self.prices is not None:
-            from llmlat.cost import Prices  # lazy: loads pandas
+            from llmlat.cost import check_prices  # lazy: loads pandas
 
-            try:
-                object.__setattr__(self, "prices", Prices.coerce(self.prices).to_dict())
-            except ValueError as exc:  # "prices.input: ..." names the option first
-                raise ValueError(str(exc).replace("prices.", "prices: ", 1)) from None
+            object.__setattr__(self, "prices", check_prices(self.prices))
         self.target()  # validates the target's fields
         for url in self.urls()[1:]:
             Target(url)  # validates each fallback's URL

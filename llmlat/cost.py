@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["COST_COLUMNS", "Prices", "level_cost", "request_costs"]
+__all__ = ["COST_COLUMNS", "Prices", "check_prices", "level_cost", "request_costs"]
 
 #: Per-level columns :func:`level_cost` adds to a summary, with their dtypes.
 COST_COLUMNS: dict[str, str] = {
@@ -135,6 +135,31 @@ class Prices:
         dict of str to float
         """
         return {name: price for name, price in asdict(self).items() if price is not None}
+
+
+def check_prices(prices: Any) -> dict[str, float] | None:
+    """Validate the ``prices`` option: a :class:`Prices` or a mapping (numbers, or text).
+
+    Parameters
+    ----------
+    prices : Prices, mapping or None
+
+    Returns
+    -------
+    dict of str to float or None
+        The prices given, by name (:meth:`Prices.to_dict`); None for None.
+
+    Raises
+    ------
+    ValueError
+        One line starting ``prices: `` (the option), naming the bad price.
+    """
+    if prices is None:
+        return None
+    try:
+        return Prices.coerce(prices).to_dict()
+    except ValueError as exc:  # "prices.input: ..." names the option first, as every option
+        raise ValueError(str(exc).replace("prices.", "prices: ", 1)) from None
 
 
 def _number(value: Any) -> Any:

@@ -241,6 +241,7 @@ def test_client_bound_levels_get_a_warning(capsys):
         (["swep"], "COMMAND: 'swep' is not allowed (one of sweep, sim, "),
         (["report"], "dataset: required"),
         (["report", "x.parquet", "--p95", "2"], "--p95: unknown option (did you mean --p95-s?)"),
+        (["report", "x.parquet", "--prices", "input: 3"], "--prices: output: required"),
         (["demo", "--simulator", "nope"], "--simulator: unknown 'nope'"),
         (["demo", "--seed", "x"], "--seed: 'x' is not an integer"),
     ],

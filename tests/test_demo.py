@@ -4,6 +4,9 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
+import pytest
+
 import llmlat
 
 
@@ -92,10 +95,15 @@ def test_report_without_a_fit_says_why_and_exits_4(demo_run, run_llmlat, tmp_pat
         levels=full.levels[full.levels["level"] == level],
         meta=full.meta,
     ).save(tmp_path / "one.parquet")
-    proc = run_llmlat("report", "one.parquet", "--p95-s", "2", cwd=tmp_path)
+    prices = ["--prices", "input: 3", "--prices", "output: 15"]  # a run swept without them
+    proc = run_llmlat("report", "one.parquet", "--p95-s", "2", *prices, cwd=tmp_path)
     assert proc.returncode == 4, proc.stderr
     notes = [line for line in proc.stdout.splitlines() if line.startswith("note: ")]
     assert any(n.startswith("note: No model fitted:") for n in notes), proc.stdout
     assert any("No capacity plan" in n for n in notes), proc.stdout
     page = (tmp_path / "report" / "index.html").read_text()
     assert "No model fitted" in page and "Capacity plan" not in page
+    assert "$ / 1k req" in page  # priced from the tokens the server reported
+    costs = pd.read_csv(tmp_path / "report" / "summary.csv")["cost_per_1k_requests_usd"]
+    expected = llmlat.read(tmp_path / "one.parquet").summary(prices={"input": 3, "output": 15})
+    assert costs.tolist() == pytest.approx(expected["cost_per_1k_requests_usd"].tolist())

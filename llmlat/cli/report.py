@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llmlat.cli.options import add_plan_limits
+from llmlat.cli.options import add_config_options, add_plan_limits, options_from_args
 
 __all__ = ["add_parser"]
 
@@ -32,16 +32,25 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--p95-s", type=float, metavar="S", help="p95 latency target of the plan")
     add_plan_limits(parser)
+    add_config_options(parser, only=("prices",))  # a run swept without them, priced now
     parser.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
     from llmlat._report import build_report
+    from llmlat.cost import check_prices
     from llmlat.results import read
 
+    prices = check_prices(options_from_args(args).get("prices"))
     result = read(args.dataset)
     report = build_report(
-        result, args.out, model=args.model, p95_s=args.p95_s, rpm=args.rpm, tpm=args.tpm
+        result,
+        args.out,
+        model=args.model,
+        p95_s=args.p95_s,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        prices=prices,
     )
     for note in report.notes:
         print(f"note: {note}")
