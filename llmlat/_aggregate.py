@@ -112,23 +112,17 @@ def _think_time(req: pd.DataFrame, levels: np.ndarray) -> np.ndarray:
     """Per level: mean gap between a worker's previous end and its next scheduled send.
 
     In a closed loop this is think time plus the client's own time between requests; a client
-    that cannot keep up shows it here (and Little's law N = X (W + gap) still holds).
+    that cannot keep up shows it here (and Little's law N = X (W + gap) still holds). Each run
+    of a level on its own (:func:`llmlat.stats.think_times`): its workers and clock are its own.
     """
-    start = "t_scheduled" if "t_scheduled" in req else "t_sent"
-    out = np.full(len(levels), np.nan)
-    if not {"worker", "t_end", start} <= set(req.columns):
-        return out
-    w = pd.to_numeric(req["worker"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    lv = req["level"].to_numpy(dtype=np.float64)
-    t0 = req[start].to_numpy(dtype=np.float64)
-    t1 = req["t_end"].to_numpy(dtype=np.float64)
-    ok = np.isfinite(w) & np.isfinite(t0) & np.isfinite(t1)
-    w, lv, t0, t1 = w[ok], lv[ok], t0[ok], t1[ok]
-    order = np.lexsort((t0, w, lv))
-    w, lv, t0, t1 = w[order], lv[order], t0[order], t1[order]
-    same = (w[1:] == w[:-1]) & (lv[1:] == lv[:-1])
-    gaps = pd.Series(np.clip(t0[1:][same] - t1[:-1][same], 0, None)).groupby(lv[1:][same])
-    return gaps.mean().reindex(levels).to_numpy(dtype=np.float64)
+    start, end = stats.row_times(req)
+    workers = stats.column(req, "worker")
+    think = np.full(len(req), np.nan)
+    keys = [k for k in ("run_id", "level") if k in req]
+    for idx in req.groupby(keys, sort=False, dropna=False).indices.values():
+        think[idx] = stats.think_times(start[idx], end[idx], workers[idx])
+    by_level = pd.Series(think).groupby(req["level"].to_numpy(dtype=np.float64)).mean()
+    return by_level.reindex(levels).to_numpy(dtype=np.float64)
 
 
 def _kind(frame: pd.DataFrame, level_kind: str | None) -> str:

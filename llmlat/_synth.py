@@ -359,6 +359,7 @@ def mgc_sweep(
     seed: int = 0,
     length: float = 1.0,
     think_s: float = 0.0,
+    think_cv: float = 0.0,
 ) -> pd.DataFrame:
     """Simulate a whole sweep as llmlat runs it, on c FCFS servers (M/G/c), exactly.
 
@@ -389,6 +390,9 @@ def mgc_sweep(
     think_s : float, default 0.0
         A closed level's clients wait this long after each answer before sending again (a
         constant, as the engine's ``think_time_s``).
+    think_cv : float, default 0.0
+        Coefficient of variation of those waits: 0 keeps them constant, 1 makes them
+        exponential, any other value gamma with that CV (mean ``think_s``).
 
     Returns
     -------
@@ -407,20 +411,23 @@ def mgc_sweep(
         if kind == "concurrency":
             ready = [(0.0, w) for w in range(int(value))]
             svc = _service(rng, mu, cv_s, reqs)
+            think = np.full(reqs, think_s)
+            if think_s > 0 and think_cv > 0:
+                think = _service(rng, 1.0 / think_s, think_cv, reqs)
             held: list[float] = []  # accepted requests still in the system
             for i in range(reqs):
                 t, w = heapq.heappop(ready)
                 while held and held[0] <= t:
                     heapq.heappop(held)
                 if queue_cap is not None and len(held) - c >= queue_cap:
-                    heapq.heappush(ready, (t + 1e-3 + think_s, w))
+                    heapq.heappush(ready, (t + 1e-3 + think[i], w))
                     rows.append((t, t, t + 1e-3, w, False))
                     continue
                 f = heapq.heappop(free)
                 e = max(t, f) + svc[i]
                 heapq.heappush(free, e)
                 heapq.heappush(held, e)
-                heapq.heappush(ready, (e + think_s, w))
+                heapq.heappush(ready, (e + think[i], w))
                 rows.append((t, max(t, f), e, w, True))
         else:
             arr = np.cumsum(rng.exponential(1 / value, int(3 * value * dur) + 50))

@@ -30,26 +30,25 @@ Definitions (per level of one sweep):
   at 50 arrivals holding 10, -20% at 200 holding 50). An open level's
   **throughput** is the ok completions ending inside it (rows of every phase: a warmup request
   still keeps the server busy) over its length.
-- **A closed level's throughput** is Little's law, ``X = N / mean(R + Z)``, on the requests
-  sent past the first round and before the last N sends (``R`` their latencies, ``Z`` the
-  think time after each, to its client's next send, from the rows' ``worker``; a client's
-  last request thinks the mean). Without the clients it is ``L / mean(R)``, ``L`` the mean
-  number in flight from the first of their sends to the level's last, for clients that do
-  not think (L at least 90% of N). Only for a level where every measured request succeeded:
-  one that fails requests is past a limit of the server, which completes requests at its
-  capacity however they come, and its failures and retries come in waves that a few rounds
-  do not average out; such a level is counted in the window. Each cycle is its client's
-  whatever the order requests end in, so no window edge cuts a round of bunched completions
-  in two; the last N are left out as the drain holds them (a batching server decodes them
-  faster). Counted in the window, clients thinking twice the service ran -4% to +9% at three
-  rounds (c = 1-16, N = 2-32); by their cycles, -1.3% to +2.0%. The window above
-  counted m completions over the m gaps before the last send, ``m / (m - 1)`` times too many
-  on average (+14% at 30 requests on one server), and on levels of a few rounds left too
-  little to count (-33% at 10 clients on 16 servers). The ratio's bias, its
-  relative variance (gaps between completions or the latencies' batch means, whichever is
-  larger), is taken off, and the interval is the Student-t one of that variance: on exact
-  M/M/c closed loops of three rounds (c = 1, 4, 16, N = 1 to 100, 300 seeds) the mean error
-  is within +2.6% and the 95% interval covers 92-99%.
+- **A closed level's throughput** is Little's law, ``X = N / mean(R + Z)``, on the requests sent
+  past the first round and before the last N sends (``R`` their latencies, ``Z`` the think time
+  after each, to its client's next send, from the rows' ``worker`` (:func:`think_times`); a
+  client's last request thinks the mean). Without the clients it is ``L / mean(R)``, ``L`` the
+  mean number in flight from the first of their sends to the level's last, for clients that do
+  not think (L at least 90% of N). Only for a level where every measured request succeeded: one
+  that fails requests is past a limit of the server, which completes requests at its capacity
+  however they come, and its failures and retries come in waves that a few rounds do not average
+  out; such a level is counted in the window. Each cycle is its client's whatever the order
+  requests end in, so no window edge cuts a round of bunched completions in two; the last N are
+  left out as the drain holds them (a batching server decodes them faster). Counted in the
+  window, clients thinking twice the service ran -4% to +9% at three rounds (c = 1-16, N =
+  2-32); by their cycles, -1.3% to +2.0%. The window above counted m completions over the m gaps
+  before the last send, ``m / (m - 1)`` times too many on average (+14% at 30 requests on one
+  server), and on levels of a few rounds left too little to count (-33% at 10 clients on 16
+  servers). The ratio's bias, its relative variance (gaps between completions or the latencies'
+  batch means, whichever is larger), is taken off, and the interval is the Student-t one of that
+  variance: on exact M/M/c closed loops of three rounds (c = 1, 4, 16, N = 1 to 100, 300 seeds)
+  the mean error is within +2.6% and the 95% interval covers 92-99%.
 - **Completion slope** (:func:`completion_slope`): the least-squares slope of the cumulative
   count of ok completions on their times in the steady window. The fit reads an open level
   past capacity with near-constant service by it: a count over the window cuts each busy
@@ -118,6 +117,7 @@ __all__ = [
     "row_times",
     "send_rate",
     "steady_window",
+    "think_times",
     "throughput",
     "throughput_interval",
     "transient_mask",
@@ -616,22 +616,35 @@ def closed_clients(kind: str | None, level: float) -> int | None:
     return max(1, int(level)) if kind == "concurrency" else None
 
 
-def _think(
-    start: np.ndarray, end: np.ndarray, workers: np.ndarray | None, sent: np.ndarray
-) -> np.ndarray | None:
-    """Each sent row's think time: from its end to its client's next send (NaN for the last).
+def think_times(start: np.ndarray, end: np.ndarray, workers: np.ndarray | None) -> np.ndarray:
+    """Return each row's think time: from its end to its client's next send.
 
-    None without the rows' clients (``worker``) or with no client sending twice.
+    A closed loop's client waits this long between an answer and its next request (the
+    configured think time and the client's own time from the answer's end to the next
+    request's scheduled send); the server does not hold it.
+    Rows of one level of one run (a client's ``worker`` number repeats across levels and
+    runs, whose clocks differ).
+
+    Parameters
+    ----------
+    start, end : numpy.ndarray
+        Each row's start (its send as scheduled) and end (see :func:`row_times`).
+    workers : numpy.ndarray or None
+        Each row's client (``worker``; NaN when unknown).
+
+    Returns
+    -------
+    numpy.ndarray
+        Seconds, >= 0; NaN for a client's last row, a row without times or without a client,
+        and every row when ``workers`` is None.
     """
+    out = np.full(len(start), np.nan)
     if workers is None:
-        return None
+        return out
     w = np.asarray(workers, np.float64)
-    idx = np.flatnonzero(sent & np.isfinite(w))
+    idx = np.flatnonzero(np.isfinite(start) & np.isfinite(end) & np.isfinite(w))
     idx = idx[np.lexsort((start[idx], w[idx]))]
     same = w[idx][1:] == w[idx][:-1]
-    if not same.any():
-        return None
-    out = np.full(len(start), np.nan)
     out[idx[:-1][same]] = np.clip(start[idx[1:][same]] - end[idx[:-1][same]], 0.0, None)
     return out
 
@@ -650,10 +663,10 @@ def _closed_rows(
 
 
 def _cycle_ends(
-    start: np.ndarray, end: np.ndarray, rows: np.ndarray, think: np.ndarray | None
+    start: np.ndarray, end: np.ndarray, rows: np.ndarray, think: np.ndarray
 ) -> np.ndarray | None:
     """Return the rows' cycle ends, ``end + Z`` (a client's last row: the rows' mean Z)."""
-    if think is None or not np.isfinite(think[rows]).any():
+    if not np.isfinite(think[rows]).any():
         return None
     z = think[rows]
     return end[rows] + np.where(np.isfinite(z), z, float(np.nanmean(z)))
@@ -694,15 +707,16 @@ def _little(
         # a level that failed requests is past a limit of the server, which serves at its
         # capacity whatever the clients do, and its failures come in waves (the refused
         # retry together after a back-off) that a few rounds do not average out: the demo's
-        # 300 requests at 100 clients past a 64-request limit read 6.8 req/s by Little's law
-        # for a capacity of 5.1. Its completions are counted in the window (on exact M/M/8
-        # closed loops refusing past 4 waiting, 24 clients thinking 2 s, 120 requests: the
-        # window -0.2% +- 1.7%, Little's law over the cycles -3.0% +- 1.6%, 100 seeds)
+        # 300 requests at 100 clients past a 64-request limit read 6.7 req/s by Little's law
+        # over the cycles for a capacity of 5.1 (the window 5.31, the completions' slope
+        # 5.28). Its completions are counted in the window (the four failing cells of
+        # benchmarks/bench_level_rates.py, 100 seeds: the window -2.2% to +3.6%, covering
+        # 0.86-1.00; the cycles -2.7% to +4.4%, covering 0.99)
         return None
     sent = np.isfinite(start) & np.isfinite(end)
     rows = _closed_rows(start, sent, measured, transient, clients)
     s = start[rows]
-    ends = _cycle_ends(start, end, rows, _think(start, end, workers, sent))
+    ends = _cycle_ends(start, end, rows, think_times(start, end, workers))
     cycles = ends is not None
     if ends is not None:
         e, events = ends, np.sort(start[sent])  # a cycle ends at its client's next send

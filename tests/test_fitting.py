@@ -107,6 +107,21 @@ def test_closed_loop_with_think_time():
     assert loop.to_numpy() == pytest.approx(n, rel=1e-9)
 
 
+def test_two_runs_of_a_closed_sweep_keep_their_think_time():
+    # each run's workers are numbered from 0 on its own clock: their gaps are taken run by
+    # run (interleaved, two runs thinking 20 ms read 7.6 ms, and c = 17-18 for 16 in 10 of 10
+    # seeds; 15-16 with the think time measured)
+    runs = [
+        mgc_sweep("concurrency", [8, 16, 17, 24, 48], 12.5, 16, seed=s, think_s=0.02).assign(
+            run_id=f"run{s}"
+        )
+        for s in (0, 1)
+    ]
+    res = fit(pd.concat(runs, ignore_index=True), model="mmc")
+    assert res.fixed["think_s"] == pytest.approx(0.02, rel=1e-9)
+    assert res.params["c"] in (15, 16)
+
+
 # -- continuous batching -------------------------------------------------------------------------
 
 

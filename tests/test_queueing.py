@@ -11,7 +11,8 @@ from scipy import integrate
 from scipy import stats as sps
 
 from llmlat import queueing as q
-from llmlat._synth import mmc_open_requests
+from llmlat import stats
+from llmlat._synth import mgc_sweep, mmc_open_requests
 
 # -- Erlang B / C -------------------------------------------------------------------------------
 
@@ -303,6 +304,29 @@ def test_mgc_quantiles_against_an_event_simulation(cv, rates):
     for p in (0.5, 0.95, 0.99):
         model = q.mgc_response_quantile(p, np.asarray(rates), 2.0, 4, cv)
         assert model == pytest.approx(measured[p].to_numpy(), rel=0.06), p
+
+
+@pytest.mark.parametrize("think_cv", [0.0, 1.0])
+def test_closed_mgc_quantile_with_think_time_reads_high_never_low(think_cv):
+    # 4 near-constant servers (CV 0.05), clients thinking one service time, around the knee
+    # (N = 8): the exponential system's arrival distribution is wider than this one's, so the
+    # p95 reads high (on 150,000 requests: +8 to +12% thinking exponential times, +29 to
+    # +64% constant ones, whose cycles lock in step; benchmarks/bench_closed_quantile.py), and
+    # never low, so a plan on it keeps its target
+    levels = [6, 8, 11]
+    req = mgc_sweep("concurrency", levels, 1.0, 4, cv_s=0.05, seed=3, length=60.0,
+                    think_s=1.0, think_cv=think_cv)  # fmt: skip
+    req = req[req["t_sent"] > 10.0]  # past the start-up, all clients sending at once
+    measured = req.groupby("level")["latency_s"].quantile(0.95).to_numpy()
+    model = q.closed_mgc_response_quantile(0.95, levels, 1.0, 4, 1.0, 0.05)
+    assert np.all(model > 0.99 * measured)
+    assert np.all(model < (1.2 if think_cv else 1.7) * measured)
+    # the waits drawn are the think law asked for: constant, or exponential (CV 1)
+    start, end = stats.row_times(req[req["level"] == 8])
+    z = stats.think_times(start, end, stats.column(req[req["level"] == 8], "worker"))
+    z = z[np.isfinite(z)]
+    assert np.mean(z) == pytest.approx(1.0, rel=0.05)
+    assert np.std(z) / np.mean(z) == pytest.approx(think_cv, abs=0.05)
 
 
 @pytest.mark.parametrize(("lam", "c", "k"), [(30.0, 16, 48), (5.0, 4, 12), (150.0, 64, 192)])
