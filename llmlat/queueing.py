@@ -505,9 +505,8 @@ def _mgc_interpolated_wait(
     def log_tail(t: np.ndarray) -> np.ndarray:
         return np.interp(t, waits, level) - rate * np.clip(t - waits[-1], 0.0, None)
 
-    n = len(queue)
-    waiting = np.arange(n) @ queue + queue[-1] * r * (n - r * (n - 1)) / (1.0 - r) ** 2
-    mean_d = waiting / lam / wait_d if wait_d > 0 else 0.0  # Little: E[W_D | W_D > 0]
+    # Little: E[W_D | W_D > 0] = E[Y] / lam / P_D
+    mean_d = float(_mdc_queue_mean(a, c)) / lam / wait_d if wait_d > 0 else 0.0
     pw = (1.0 - w) * wait_d + w * wait_m
     return pw, log_tail, pw * ((1.0 - w) * mean_d + w / theta)
 
@@ -594,15 +593,15 @@ def _mdc_queue(a: float, c: int, states: int | None = None) -> tuple[np.ndarray,
     # balance of y' = 1..n: P(y') = sum_y P(y) P(A = y' - y + c), with P(y > n) = P(n) r^(y - n);
     # row 0 pins P(0) = 1 (its balance is implied by the others) and the sum normalises
     upper, lower = c - m_lo, max(m_hi - c, 0)  # band: column - row in [-lower, upper]
-    band = np.zeros((lower + upper + 1, n + 1))
-    rows = np.arange(1, n + 1)
-    for d in range(-lower, upper + 1):
-        coef = arrivals[c - d - m_lo] if m_lo <= c - d <= m_hi else 0.0
-        cols = rows + d
-        inside = (cols >= 0) & (cols <= n)
-        band[upper - d, cols[inside]] = float(d == 0) - coef
-        past = rows[cols > n]
-        np.add.at(band[:, n], upper + past - n, -coef * r ** (past + d - n))
+    d = np.arange(upper, -lower - 1, -1)[:, None]  # the band's rows, top down
+    m = c - d
+    coef = np.where((m >= m_lo) & (m <= m_hi), arrivals[np.clip(m - m_lo, 0, m_hi - m_lo)], 0.0)
+    row = np.arange(n + 1)[None, :] - d  # the equation (y') of each band entry
+    band = np.where((row >= 1) & (row <= n), (d == 0) - coef, 0.0)
+    row = np.arange(1, n + 1)[None, :]
+    past = row + d > n  # P(y) for y > n: P(n) r^(y - n), folded into column n
+    folded = np.where(past, -coef * r ** np.where(past, row + d - n, 0), 0.0).sum(axis=0)
+    band[upper + row[0, -upper:] - n, n] += folded[-upper:] if upper else 0.0
     band[upper, 0] = 1.0
     rhs = np.zeros(n + 1)
     rhs[0] = 1.0

@@ -335,6 +335,8 @@ def test_mdc_wait_law_is_erlangs_for_one_server_and_the_chains_for_several():
     dense = np.linalg.solve(balance, np.eye(n)[0])
     assert queue == pytest.approx(dense[: len(queue)], rel=1e-8, abs=1e-14)
     assert queue[-1] * r == pytest.approx(dense[len(queue)], rel=1e-6)
+    # and its mean by the roots of z^c = exp(a (z - 1)), as the fit's mean takes it
+    assert q._mdc_queue_mean(a, c) == pytest.approx(np.arange(n) @ dense, rel=1e-9)
 
 
 def test_mgc_quantiles_reach_the_exact_md1_and_mmc_laws():
