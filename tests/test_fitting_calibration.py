@@ -88,8 +88,9 @@ def constant_fits():
 
 
 def test_least_squares_intervals_carry_the_model_error(constant_fits):
-    # Allen-Cunneen misses these means by more than their errors: with the Gaussian scale the
-    # benchmark's mu interval held the truth in 50-61% of seeds; with the Pearson scale (never
+    # the approximate M/G/c mean (Allen-Cunneen's when measured) misses these means by more
+    # than their errors: with the Gaussian scale the benchmark's mu interval held the truth
+    # in 50-61% of seeds; with the Pearson scale (never
     # below 1) and t quantiles in 100% (dev seeds); 4 of 6 or fewer would be a defect
     for f in constant_fits:
         assert f.method == "wls" and f._est.dof >= 1 and f._est.phi >= 1
