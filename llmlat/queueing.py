@@ -493,7 +493,8 @@ def _mgc_interpolated_wait(
     a, theta = lam / mu, c * mu - lam
     queue, r = _mdc_queue(a, c)
     decay = -c * np.log(r)  # P(W_D > x D) ~ r^(c x): the M/D/c tail's rate per D
-    x = np.linspace(0.0, 1.0 + 36.0 / decay, 1025)
+    # dense near 0, where the M/D/c law bends at each D; its far tail is exponential
+    x = (1.0 + 36.0 / decay) * np.linspace(0.0, 1.0, 513) ** 2
     tail = _mdc_wait_tail(x, a, c, queue, r)
     wait_d, wait_m = tail[0], float(erlang_c(c, a))
     keep = np.concatenate([[True], np.diff(tail) < 0]) & (tail > 0) | (x == 0)
