@@ -54,7 +54,8 @@ def bench_fits(rows: int) -> None:
 
 def bench_typical() -> None:
     """Typical %llmfit sweeps at llmlat's default lengths (targets 1 s, 3 s): 10 closed levels,
-    and 5 open rates behind a queue cap (M/M/c/K, c = 16, 32 waiting places)."""
+    5 open rates behind a queue cap (M/M/c/K, c = 16, 32 waiting places), and 5 open rates on
+    16 near-constant servers (M/G/c, service CV 0.05), whose p95 plan is timed too."""
     sweeps = [
         ("closed", mgc_sweep("concurrency", [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], MU, 16, seed=3)),
         (
@@ -68,6 +69,10 @@ def bench_typical() -> None:
                 seed=5,
             ),
         ),
+        (
+            "open",
+            mgc_sweep("rate", [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)], MU, 16, cv_s=0.05),
+        ),
     ]
     for name, data in sweeps:
         base, _ = timed(lambda d=data: summarize(d))
@@ -79,6 +84,9 @@ def bench_typical() -> None:
                 f"(target <= {target:g} s; {secs / base:.0f}x the summary's {base * 1e3:.0f} ms)"
                 f"  -> {res.model} c={res.params.get('c', float('nan')):g}"
             )
+        if name == "open":
+            secs, _ = timed(lambda r=res: r.plan(p95=0.6))
+            print(f"  {name:7s} plan(p95=0.6)  {secs:6.2f} s")
 
 
 def bench_public() -> None:

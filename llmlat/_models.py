@@ -263,12 +263,8 @@ class Model:
             service = p["tokens"] * (p["t0_s"] + p["t1_s"] * busy ** p["gamma"])
         elif kind == "rate" and "k_sys" in p:  # a queue cap: M/M/c/K states
             mean = _mmck_wait(loads, p)[1] + 1.0 / p["mu"]
-        elif kind == "rate":
-            c, mu = p["c"], p["mu"]
-            cv2 = p.get("cv_s", 1.0) ** 2  # Allen-Cunneen with the measured service CV
-            with np.errstate(divide="ignore"):
-                wq = q.erlang_c(c, loads / mu) / np.maximum(c * mu - loads, 0.0)
-            mean = np.where(loads < c * mu, wq * (1.0 + cv2) / 2.0 + 1.0 / mu, np.inf)
+        elif kind == "rate":  # the open M/G/c model's mean, with the measured service CV
+            mean = q._mgc_wait_mean(loads, p["mu"], p["c"], p.get("cv_s", 1.0)) + 1.0 / p["mu"]
         else:
             x, ls = q._closed_means(loads, p["think_s"], self.rate(p))
             mean = ls / x

@@ -336,7 +336,7 @@ def test_latency_overlays_the_fitted_quantiles(unthrottled, mmc_fit, tmp_path):
 
 
 def test_mgc_draws_its_quantile_curves():
-    # M/G/c quantiles (gamma service with the measured CV, Allen-Cunneen wait) are drawn
+    # M/G/c quantiles (gamma service with the measured CV, interpolated wait) are drawn
     # like M/M/c's, over the observed p50 and p95
     data = _simulate("rate", (1.0, 2.0, 4.0, 6.0, 7.0), n=1000, queue_cap=10**6)
     fit = llmlat.fit(data, model="mgc")

@@ -18,8 +18,9 @@ Maximum likelihood on a level with many requests works on equal-count bins of it
 of every request.
 
 Response-time quantiles (``predict``, ``curve``, ``plan(p95=...)``) are exact for the M/M/c
-family; for ``mgc`` they take gamma service with the measured CV plus an exponential wait with
-Allen-Cunneen's mean (:func:`llmlat.queueing.mgc_response_quantile`), and for ``batch`` a
+family; for ``mgc`` (and an open ``mmc`` fit with a measured service CV) they take gamma
+service with that CV plus the exact M/D/c and M/M/c waits interpolated in CV^2
+(:func:`llmlat.queueing.mgc_response_quantile`), and for ``batch`` a
 request's own output length (its measured distribution) times the step time, plus the mean
 wait.
 
