@@ -61,9 +61,10 @@ levels and lengths its ``FitResult.next_levels()`` names are simulated (seeded, 
 level of the sweep measured again that long replaces it) and the sweep refitted:
 ``c_exact_after`` and ``c_cover_after`` (every seed; one the fit asked nothing of keeps its
 answer, so a pinned wrong one stays wrong; judged against 0.9 as c_exact), ``followed``
-(seeds advised), ``pinned_after`` (advised seeds whose c set is then one
-value) and the requests the advice cost per advised sweep. ``--per-seed`` prints each seed's
-integer and 95% set (before and after following) and its parameters' errors.
+(seeds advised), ``pinned_after`` (advised seeds whose c set is then one value),
+``c_silent_after`` (advised seeds whose refit has a set of several values without advice;
+target 0) and the requests the advice cost per advised sweep. ``--per-seed`` prints each
+seed's integer and 95% set (before and after following) and its parameters' errors.
 
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --quick
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-closed-c4-cv1
@@ -399,6 +400,7 @@ def _followed(cell: Cell, data: pd.DataFrame, res, seed: int) -> dict:
     row["c_cover_after"] = float(lo <= truth <= hi)
     if len(advice):
         row["pinned_after"] = float(lo == hi)
+        row["c_silent_after"] = c_told(again, truth)["c_silent"]  # the refit says so too
     return row
 
 
@@ -502,6 +504,7 @@ TARGETS: dict[str, tuple[float, float]] = {
     "c_exact": (0.90, 1.0),
     "c_told": (0.90, 1.0),
     "c_silent": (0.0, 0.0),
+    "c_silent_after": (0.0, 0.0),
     "c_cover": (0.90, 0.98),
     "c_exact_after": (0.90, 1.0),
     "c_cover_after": (0.90, 0.98),
@@ -564,7 +567,8 @@ def _counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
         "c_thru",
         "c_req",
     )
-    for key in (*shares, "followed", "c_exact_after", "c_cover_after", "pinned_after"):
+    after = ("followed", "c_exact_after", "c_cover_after", "pinned_after", "c_silent_after")
+    for key in (*shares, *after):
         vals = [r[key] for r in rows if key in r]
         if vals:
             out[key] = (round(sum(vals)), len(vals))
@@ -624,11 +628,13 @@ def c_verdict(counts: dict[str, tuple[int, int]]) -> str:
     "design-limited" when ``c_exact`` does not, but ``c_told`` does (the fit is right or says
     it cannot tell) and, where the advice was followed, ``c_exact_after`` does too (its
     advice pins c); "WRONG" when ``c_told`` misses (c wrong without saying so), and "advice
-    short" when ``c_exact_after`` does. ``c_silent`` above 0 (a set of several values the
-    fit does not tell about) is named a defect whatever else holds.
+    short" when ``c_exact_after`` does. ``c_silent`` or ``c_silent_after`` above 0 (a set of
+    several values the fit, or its refit, does not tell about) is named a defect whatever
+    else holds.
     """
+    silent = ("c_silent", "c_silent_after")
     state = {
-        key: judge(*counts[key], TARGETS[key]) for key in (*C_COLUMNS, "c_silent") if key in counts
+        key: judge(*counts[key], TARGETS[key]) for key in (*C_COLUMNS, *silent) if key in counts
     }
     parts = [
         f"{label} {counts[key][0]}/{counts[key][1]} ({state[key]})"
@@ -648,9 +654,10 @@ def c_verdict(counts: dict[str, tuple[int, int]]) -> str:
         )
     else:
         end = "more seeds"
-    if state.get("c_silent", "ok") != "ok":
-        k, n = counts["c_silent"]
-        end += f"; DEFECT: {k}/{n} sets of several values without advice"
+    for key, when in zip(silent, ("", " after following"), strict=True):
+        if state.get(key, "ok") != "ok":
+            k, n = counts[key]
+            end += f"; DEFECT: {k}/{n} sets of several values without advice{when}"
     return "; ".join(parts) + f" => {end}"
 
 

@@ -133,6 +133,7 @@ def test_follow_measures_the_advised_levels_again_and_refits(bench):
     assert row["followed"] == 1.0
     assert row["requests_after"] == len(more) - len(data)
     assert row["c_exact_after"] in (0.0, 1.0) and row["c_cover_after"] in (0.0, 1.0)
+    assert row["c_told"] == 1.0 and row["c_silent"] == row["c_silent_after"] == 0.0
 
 
 def test_told_is_right_or_a_set_of_several_values_with_the_truth_that_the_fit_says(bench):
@@ -193,6 +194,11 @@ def test_a_set_of_several_values_counts_as_told_only_when_the_fit_says_so(bench)
         (
             {"c_exact": (19, 20), "c_told": (20, 20), "c_silent": (1, 20)},
             "=> exact; DEFECT: 1/20 sets of several values without advice",
+        ),
+        (
+            {"c_exact": (3, 20), "c_told": (20, 20), "c_exact_after": (19, 20)}
+            | {"c_silent_after": (2, 20)},
+            "advice pins c; DEFECT: 2/20 sets of several values without advice after following",
         ),
     ],
 )
