@@ -414,6 +414,8 @@ class FitResult:
         not 0.215 (c exact 17 of 20). 0 when the fit has no throughput for ``top`` (none).
         """
         pr = self._problem
+        if self._model.family != "mmc":
+            return 0.0
         alle = pr.all.levels
         flag = pr.past_cap
         if not flag.any():
@@ -450,15 +452,18 @@ class FitResult:
         1,000 arrivals pin c = 64 to about +-4): say so, and what would pin it (the rows of
         :meth:`next_levels`). An open sweep's capacity c mu is what an overloaded level's
         throughput measures, its service time what the lightest level's latency measures.
+        A batching fit's slot cap alike (a closed sweep at 128 slots: {128, 129} in 3 of 4
+        seeds, which it did not say).
         """
         m = self._model
-        if m.family != "mmc" or not m.integer or m.integer in self.unidentified:
+        if not m.integer or m.integer in self.unidentified:
             return []
         a, b = self._integer_interval(0.05)
         if b == a:
             return []
         lv = self._problem.obs.levels
         grow = self._growth()
+        servers = "servers" if m.family == "mmc" else "slots"
         if self.kind == "rate":
             # the highest level past capacity (overloaded, or refusing behind a queue cap)
             alle = self._problem.all.levels
@@ -495,7 +500,7 @@ class FitResult:
             fitted = int(self.params[m.integer])
             for k in (fitted, fitted + 1):
                 if a < k <= b and k >= 2 and not np.isclose(loads, k).any():
-                    why = f"its requests queue if c < {k:g}, never if c >= {k:g}"
+                    why = f"its requests queue if {m.integer} < {k:g}, never if >= {k:g}"
                     asks[float(k)] = (self._length(k), why)
             rows = [
                 self._ask(m.integer, v, _round_up(grow * n), why)
@@ -505,11 +510,11 @@ class FitResult:
                 f"measure the level{'s' if len(rows) > 1 else ''} "
                 f"{_and(r['level'] for r in rows)} for about "
                 f"{_and((r['requests'] for r in rows), ',.0f')} requests (their waits and "
-                "throughput pin the knee; N clients queue only on fewer than N servers)"
+                f"throughput pin the knee; N clients queue only on fewer than N {servers})"
             )
         return [
-            f"c = {self.params[m.integer]:g} is one of {a:g}..{b:g} (95% set): these levels "
-            f"do not pin it to one value; to pin it, {how}"
+            f"{m.integer} = {self.params[m.integer]:g} is one of {a:g}..{b:g} (95% set): these "
+            f"levels do not pin it to one value; to pin it, {how}"
         ]
 
     def _identification(self) -> dict[str, str]:
