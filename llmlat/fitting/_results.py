@@ -26,9 +26,11 @@ _STEP_MISFIT = 6.0
 
 #: The spread of the integer the advice of :meth:`FitResult.next_levels` aims at: rounding an
 #: estimate with this standard deviation gives the truth in 98% of sweeps in theory. Measured by
-#: following the advice (``bench_calibration.py --follow``): c exact in 0.93-0.96 of seeds; at
-#: 0.5 / z(0.975) (95% in theory) in 0.86-0.93 (open c = 64: 60 of 70), as the levels it does
-#: not lengthen keep their share of the information.
+#: following the advice (``bench_calibration.py --follow``): c exact in 0.96-1.00 of seeds
+#: (see :meth:`FitResult.next_levels`). With the profile's curvature alone 0.85-0.96 (open
+#: c = 64: 17 of 20), as the levels the advice does not lengthen keep their share of it and a
+#: level past capacity counts half its completions: an open sweep's two advised levels are
+#: now asked what their own errors need (:meth:`FitResult._pair_requests`).
 _SD_PINNED = 0.5 / float(stats.norm.ppf(0.99))
 
 #: What to measure to pin down a parameter the data leave open.
@@ -332,14 +334,17 @@ class FitResult:
           saturation), between its interval and the first refused level (a closed loop whose
           queue shows at one level at most), or streamed levels around it (step times that
           disagree with the latency);
-        - c is identified but its 95% set holds more than one value: the levels whose data
-          pin it (open loop: the level past capacity and the lightest; closed: those around
-          the knee, and new levels of c and c + 1 clients in the set above its lowest value:
-          N clients queue on N - 1 servers and never on N), measured until the spread of c
-          (from the profile likelihood's curvature; it shrinks as one over the square root of
-          the requests) is small enough for c to come out exact: following it gave the true c in
-          88-98% of simulated sweeps (`benchmarks/bench_calibration.py --follow`; closed
-          loops at c = 64: 48 of 50, the two misses pinned at 63 before any advice);
+        - the integer (c, or the slot cap) is identified but its 95% set holds more than one
+          value: the levels whose data pin it (open loop: the level past capacity and the
+          lightest; closed: those around the knee, and new levels of c and c + 1 clients in
+          the set above its lowest value: N clients queue on N - 1 servers and never on N),
+          measured until the spread of c is small enough for c to come out exact (from the
+          profile likelihood's curvature, which shrinks as the requests grow; in an open
+          M/M/c sweep at least what the two advised levels' own errors need for c = X / mu):
+          following it gave the true c in 96-100% of simulated sweeps with exponential service
+          (`benchmarks/bench_calibration.py --follow`, 20-50 seeds: open c = 16 48 of 49, 64
+          20 of 20; capped c = 16 49 of 50, 64 19 of 19; closed c = 64 48 of 50, the two
+          misses pinned at 63 before any advice);
         - a continuous parameter is not identified (``param`` names it): the lightest level
           for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
 
