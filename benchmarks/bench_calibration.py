@@ -459,8 +459,8 @@ def run_seed(
         res = llmlat.fit(data, model=cell.family)
     except ValueError as exc:
         # a refusal that says what to measure says it cannot tell
-        told = float("measure" in str(exc).lower())
-        return row | {"failed": 1.0, "error": str(exc)[:80], "c_told": told}
+        says = float("measure" in str(exc).lower())
+        return row | {"failed": 1.0, "error": str(exc)[:80], "c_told": says}
     ci = res.conf_int()
     integer = "slots" if cell.family == "batch" else "c"
     row |= {
