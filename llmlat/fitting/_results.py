@@ -27,10 +27,10 @@ _STEP_MISFIT = 6.0
 #: The spread of the integer the advice of :meth:`FitResult.next_levels` aims at: rounding an
 #: estimate with this standard deviation gives the truth in 98% of sweeps in theory. Measured by
 #: following the advice (``bench_calibration.py --follow``): c exact in 0.96-1.00 of seeds
-#: (see :meth:`FitResult.next_levels`). With the profile's curvature alone 0.85-0.96 (open
-#: c = 64: 17 of 20), as the levels the advice does not lengthen keep their share of it and a
-#: level past capacity counts half its completions: an open sweep's two advised levels are
-#: now asked what their own errors need (:meth:`FitResult._pair_requests`).
+#: (see :meth:`FitResult.next_levels`). With the profile's curvature alone 0.92-0.96 (open
+#: c = 64: 46 of 50, 17 of its first 20), as the levels the advice does not lengthen keep their
+#: share of it and a level past capacity counts half its completions: an open sweep's two
+#: advised levels are now asked what their own errors need (:meth:`FitResult._pair_requests`).
 _SD_PINNED = 0.5 / float(stats.norm.ppf(0.99))
 
 #: What to measure to pin down a parameter the data leave open.
@@ -343,7 +343,7 @@ class FitResult:
           M/M/c sweep at least what the two advised levels' own errors need for c = X / mu):
           following it gave the true c in 96-100% of simulated sweeps with exponential service
           (`benchmarks/bench_calibration.py --follow`, 20-50 seeds: open c = 16 48 of 49, 64
-          20 of 20; capped c = 16 49 of 50, 64 19 of 19; closed c = 64 48 of 50, the two
+          50 of 50; capped c = 16 49 of 50, 64 19 of 19; closed c = 64 48 of 50, the two
           misses pinned at 63 before any advice);
         - a continuous parameter is not identified (``param`` names it): the lightest level
           for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
