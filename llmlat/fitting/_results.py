@@ -416,7 +416,7 @@ class FitResult:
         whole profile, but the levels the advice does not lengthen keep their share of its
         curvature, and a level past capacity counts only its window (half of a growing
         queue's completions): at open c = 64 the spread after following it was 0.23-0.30,
-        not 0.215 (c exact 17 of 20). 0 when the fit measured no throughput at ``top``.
+        not 0.215 (c exact 46 of 50). 0 when the fit measured no throughput at ``top``.
         """
         pr = self._problem
         if self._model.family != "mmc":
