@@ -9,6 +9,15 @@ a shrinking batch, as a sweep's closed level does). Each seed is fitted with the
 (``mmc`` or ``batch``) and with ``model="auto"``, then planned for a p95 target. Per cell:
 
 - ``c_exact``: share of fits whose integer (c, or slots) is the truth
+- ``c_told``: share that are right or say they cannot tell (target 6's spirit): the integer
+  is the truth, or its 95% set holds several values, the truth among them, and the fit tells
+  its user so (:func:`says_cannot_tell`: a note on the set naming the levels
+  ``FitResult.next_levels()`` advises on the integer). A set of one wrong value (pinned but
+  wrong), or of several without the truth, is wrong here as in every column; a fit that
+  refuses the data (``failed``) counts as saying it cannot tell when its error says what
+  to measure (this column alone counts failed seeds)
+- ``c_silent``: share whose 95% set holds several values with no such note and advice (a
+  defect of the fit's advice; its target is 0)
 - ``c_cover``: share whose 95% interval of the integer holds the truth
 - ``err_<p>``: median relative error of each continuous parameter (mu; t0_s, t1_s)
 - ``cover``: share of 95% intervals (all continuous parameters) that hold the truth
@@ -23,7 +32,13 @@ a shrinking batch, as a sweep's closed level does). Each seed is fitted with the
   ``break_sure``: share of plans whose p95 the simulation tells from the target beyond two
   standard errors (printed with the target's own error)
 
-Targets (issue 10): c_exact >= 0.9, err <= 5%, cover in [0.90, 0.98], auto >= 0.9, break <= 5%.
+Targets (issue 10): c_exact >= 0.9, err <= 5%, cover in [0.90, 0.98], auto >= 0.9, break <= 5%;
+on the integer also c_told >= 0.9, c_exact_after >= 0.9 (with ``--follow``) and c_silent = 0.
+The ``c:`` line (:func:`c_verdict`) gives the verdict on the integer from the three columns
+``c_exact``, ``c_told`` and ``c_exact_after``: "exact" when c_exact meets its target;
+"design-limited" when it does not but c_told does and, where the advice was followed,
+c_exact_after does too (the sweep's data cannot pin c, the fit says so, and its advice
+pins it); "WRONG" when c_told misses; "advice short" when c_exact_after misses.
 
 Each share is a count over seeds, printed as k/n with its exact (Clopper-Pearson) 95% interval:
 with 20 seeds a true 95% interval covers 20 of 20 times with probability 0.36, and 17 of 20 is
@@ -45,9 +60,11 @@ Is the fit's advice enough (``--follow``, M/M/c cells)? Where a fit's c is not p
 levels and lengths its ``FitResult.next_levels()`` names are simulated (seeded, exactly; a
 level of the sweep measured again that long replaces it) and the sweep refitted:
 ``c_exact_after`` and ``c_cover_after`` (every seed; one the fit asked nothing of keeps its
-answer), ``followed`` (seeds advised), ``pinned_after`` (advised seeds whose c set is then one
-value) and the requests the advice cost per advised sweep. ``--per-seed`` prints each seed's
-integer and 95% set (before and after following) and its parameters' errors.
+answer, so a pinned wrong one stays wrong; judged against 0.9 as c_exact), ``followed``
+(seeds advised), ``pinned_after`` (advised seeds whose c set is then one value),
+``c_silent_after`` (advised seeds whose refit has a set of several values without advice;
+target 0) and the requests the advice cost per advised sweep. ``--per-seed`` prints each
+seed's integer and 95% set (before and after following) and its parameters' errors.
 
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --quick
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-closed-c4-cv1
@@ -383,7 +400,46 @@ def _followed(cell: Cell, data: pd.DataFrame, res, seed: int) -> dict:
     row["c_cover_after"] = float(lo <= truth <= hi)
     if len(advice):
         row["pinned_after"] = float(lo == hi)
+        row["c_silent_after"] = c_told(again, truth)["c_silent"]  # the refit says so too
     return row
+
+
+def says_cannot_tell(res) -> bool:
+    """Whether the fit tells its user that its integer is not pinned, and what to measure.
+
+    Both must be there: a row of ``FitResult.next_levels()`` on the integer, and a note (the
+    95% set's, or "not identified") naming every level those rows advise.
+    """
+    integer = res._model.integer
+    rows = res.next_levels()
+    rows = rows[rows["param"].eq(integer)]
+    if rows.empty:
+        return False
+    levels = [f"{v:g}" for v in rows["level"] if np.isfinite(v)]
+    return any(
+        ("95% set" in note or "not identified" in note) and all(v in note for v in levels)
+        for note in res.notes
+    )
+
+
+def told(exact: bool, lo: float, hi: float, truth: float, says: bool) -> bool:
+    """``c_told``: the integer is right, or the fit says it cannot tell and the truth is in
+    what it allows (its 95% set holds several values, the truth among them, and
+    :func:`says_cannot_tell`). A set of one wrong value (pinned but wrong), or several
+    values without the truth, is wrong, whatever the fit says."""
+    return bool(exact or (lo < hi and lo <= truth <= hi and says))
+
+
+def c_told(res, truth: float) -> dict[str, float]:
+    """The seed's "right or says it cannot tell" (``c_told``), and ``c_silent``: a 95% set of
+    several values the fit does not tell its user about (a defect of the fit's advice)."""
+    integer = res._model.integer
+    lo, hi = res.conf_int().loc[integer]
+    says = says_cannot_tell(res)
+    return {
+        "c_told": float(told(res.params[integer] == truth, lo, hi, truth, says)),
+        "c_silent": float(lo < hi and not says),
+    }
 
 
 def run_seed(
@@ -402,7 +458,9 @@ def run_seed(
     try:
         res = llmlat.fit(data, model=cell.family)
     except ValueError as exc:
-        return row | {"failed": 1.0, "error": str(exc)[:80]}
+        # a refusal that says what to measure says it cannot tell
+        says = float("measure" in str(exc).lower())
+        return row | {"failed": 1.0, "error": str(exc)[:80], "c_told": says}
     ci = res.conf_int()
     integer = "slots" if cell.family == "batch" else "c"
     row |= {
@@ -413,6 +471,7 @@ def run_seed(
         "c_exact": float(res.params[integer] == truth[integer]),
         "c_cover": float(ci.loc[integer, "lower"] <= truth[integer] <= ci.loc[integer, "upper"]),
     }
+    row |= c_told(res, truth[integer])
     covers = []
     for name, value in truth.items():
         if name == integer:
@@ -443,6 +502,9 @@ def run_seed(
 #: ``err_<p>`` stands for the share of seeds within 5% (median error <= 5% <=> that share >= 1/2)
 TARGETS: dict[str, tuple[float, float]] = {
     "c_exact": (0.90, 1.0),
+    "c_told": (0.90, 1.0),
+    "c_silent": (0.0, 0.0),
+    "c_silent_after": (0.0, 0.0),
     "c_cover": (0.90, 0.98),
     "c_exact_after": (0.90, 1.0),
     "c_cover_after": (0.90, 0.98),
@@ -494,6 +556,8 @@ def _counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
     out = {}
     shares = (
         "c_exact",
+        "c_told",
+        "c_silent",
         "c_cover",
         "auto",
         "break",
@@ -503,7 +567,8 @@ def _counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
         "c_thru",
         "c_req",
     )
-    for key in (*shares, "followed", "c_exact_after", "c_cover_after", "pinned_after"):
+    after = ("followed", "c_exact_after", "c_cover_after", "pinned_after", "c_silent_after")
+    for key in (*shares, *after):
         vals = [r[key] for r in rows if key in r]
         if vals:
             out[key] = (round(sum(vals)), len(vals))
@@ -535,6 +600,67 @@ def verdict(counts: dict[str, tuple[int, int]]) -> tuple[str, bool]:
     return ("; ".join(parts) or "consistent with every target"), bool(found["more"])
 
 
+#: the three columns of the verdict on c (``c_verdict``), with the words the table prints
+C_COLUMNS = {
+    "c_exact": "exact",
+    "c_told": "right or says it cannot tell",
+    "c_exact_after": "exact after its advice",
+}
+
+
+#: printed before the table: what its columns on the integer mean
+LEGEND = (
+    "legend: c_exact = integer right; c_told = right, or its 95% set holds several values "
+    "with the truth and the fit says so (a note and next_levels() advice; a pinned wrong "
+    "set counts wrong); c_exact_after = right after following the advice (--follow; seeds "
+    "not advised keep their answer); c_silent = a set of several values without advice "
+    "(defect). 'c:' line: exact | design-limited (c_exact short, c_told and c_exact_after "
+    ">= 0.9: the fit says it cannot tell and its advice pins c) | WRONG (c_told short) | "
+    "advice short (c_exact_after short)"
+)
+
+
+def c_verdict(counts: dict[str, tuple[int, int]]) -> str:
+    """The verdict on the integer (target 9, in the spirit of target 6), in one line.
+
+    Each of ``c_exact``, ``c_told`` and (with ``--follow``) ``c_exact_after`` is judged
+    against 0.9 as :func:`judge` does. The integer is "exact" when ``c_exact`` meets it;
+    "design-limited" when ``c_exact`` does not, but ``c_told`` does (the fit is right or says
+    it cannot tell) and, where the advice was followed, ``c_exact_after`` does too (its
+    advice pins c); "WRONG" when ``c_told`` misses (c wrong without saying so), and "advice
+    short" when ``c_exact_after`` does. ``c_silent`` or ``c_silent_after`` above 0 (a set of
+    several values the fit, or its refit, does not tell about) is named a defect whatever
+    else holds.
+    """
+    silent = ("c_silent", "c_silent_after")
+    state = {
+        key: judge(*counts[key], TARGETS[key]) for key in (*C_COLUMNS, *silent) if key in counts
+    }
+    parts = [
+        f"{label} {counts[key][0]}/{counts[key][1]} ({state[key]})"
+        for key, label in C_COLUMNS.items()
+        if key in state
+    ]
+    exact, said, after = (state.get(k) for k in C_COLUMNS)
+    if exact == "ok":
+        end = "exact"
+    elif said == "miss":
+        end = "WRONG: c wrong without saying so"
+    elif after == "miss":
+        end = "advice short: following it does not pin c"
+    elif said == "ok" and after in ("ok", None):
+        end = "design-limited: the fit says it cannot tell" + (
+            ", and its advice pins c" if after else " (--follow checks its advice)"
+        )
+    else:
+        end = "more seeds"
+    for key, when in zip(silent, ("", " after following"), strict=True):
+        if state.get(key, "ok") != "ok":
+            k, n = counts[key]
+            end += f"; DEFECT: {k}/{n} sets of several values without advice{when}"
+    return "; ".join(parts) + f" => {end}"
+
+
 def summarise(cell: Cell, rows: list[dict], secs: float) -> dict:
     """The cell's figures over its seeds, with counts and the verdict."""
     keys = sorted({k for r in rows for k in r if k not in ("error", "cover_n", *_PER_SEED)})
@@ -547,6 +673,8 @@ def summarise(cell: Cell, rows: list[dict], secs: float) -> dict:
         out["first_error"] = errors[0]
     out["counts"] = _counts(rows)
     out["verdict"], out["undecided"] = verdict(out["counts"])
+    if "c_told" in out["counts"]:
+        out["c_verdict"] = c_verdict(out["counts"])
     k, n = out["counts"].get("c_exact", (0, 0))
     if (
         cell.family == "mmc"
@@ -594,12 +722,17 @@ def _print_seeds(rows: list[dict], first: int) -> None:
             if key in r:
                 k, lo, hi = r[key]
                 parts.append(f"{label} {k:g} [{lo:g}, {hi:g}]")
+        if r.get("c_exact") == 0.0:  # wrong: does the fit say it cannot tell?
+            parts.append("says it cannot tell" if r["c_told"] else "WRONG unsaid")
+        if r.get("c_silent"):
+            parts.append("several values, no advice")
         parts += [f"{k} {100 * r[k]:.2f}%" for k in r if k.startswith("err_")]
         print("  ".join(parts + ([r["error"]] if "error" in r else [])), flush=True)
 
 
 def _print(row: dict) -> None:
-    keys = ["c_exact", "c_cover", "cover", "auto", "unsure", "break", "misfit", "failed"]
+    keys = ["c_exact", "c_told", "c_exact_after", "c_cover", "cover", "auto", "unsure"]
+    keys += ["break", "misfit", "failed"]
     keys += ["c_oracle", "c_thru", "c_req"]
     errs = [k for k in row if k.startswith("err_")]
     parts = [f"{row['cell']:26s} n={row['n']:<3d}"]
@@ -623,6 +756,8 @@ def _print(row: dict) -> None:
             "2 s.e. of the difference",
             flush=True,
         )
+    if "c_verdict" in row:
+        print(f"    c: {row['c_verdict']}", flush=True)
     if "design" in row:
         print(f"    {row['design']}", flush=True)
     if "followed" in row:
@@ -723,6 +858,7 @@ def main() -> None:
     seeds = 8 if args.quick and args.seeds == 20 else args.seeds
     design = f"scale {args.scale:g}, open loads {','.join(f'{f:g}' for f in args.open_loads)}"
     print(f"calibration: {len(names)} cells x {seeds} seeds (mu = {MU}; {design})", flush=True)
+    print(LEGEND, flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         for cell in cells:
             if cell.name not in names:

@@ -133,6 +133,93 @@ def test_follow_measures_the_advised_levels_again_and_refits(bench):
     assert row["followed"] == 1.0
     assert row["requests_after"] == len(more) - len(data)
     assert row["c_exact_after"] in (0.0, 1.0) and row["c_cover_after"] in (0.0, 1.0)
+    assert row["c_told"] == 1.0 and row["c_silent"] == row["c_silent_after"] == 0.0
+
+
+def test_told_is_right_or_a_set_of_several_values_with_the_truth_that_the_fit_says(bench):
+    assert bench.told(True, 64, 64, 64, says=False)
+    assert bench.told(False, 63, 65, 64, says=True)
+    assert not bench.told(False, 63, 63, 64, says=True)  # pinned but wrong, whatever it says
+    assert not bench.told(False, 63, 65, 64, says=False)  # several values, nothing said
+    assert not bench.told(False, 65, 67, 64, says=True)  # several values, not the truth
+
+
+def test_a_pinned_wrong_c_is_wrong_in_every_column(bench):
+    # a fit pinned at c = 4 (its 95% set one value), judged against a truth of 5: not exact,
+    # not "says it cannot tell" (the fit asks for nothing), and following advice it never
+    # gave keeps it wrong
+    cell = {c.name: c for c in bench._cells()}["mmc-open-c4-cv1"]
+    data = cell.simulate(1)
+    res = llmlat.fit(data, model="mmc")
+    assert tuple(res.conf_int().loc["c"]) == (4, 4) and res.next_levels().empty
+    assert bench.c_told(res, 4) == {"c_told": 1.0, "c_silent": 0.0}
+    assert bench.c_told(res, 5) == {"c_told": 0.0, "c_silent": 0.0}
+    after = bench._followed(replace(cell, c=5), data, res, 0)
+    assert after["followed"] == 0.0 and after["c_exact_after"] == 0.0
+    counts = bench._counts([{"c_exact": 0.0, "c_told": 0.0} | after] * 20)  # every seed so
+    assert bench.c_verdict(counts).endswith("=> WRONG: c wrong without saying so")
+
+
+def test_a_set_of_several_values_counts_as_told_only_when_the_fit_says_so(bench):
+    # open c = 16 at half length: c's 95% set holds several values and a note with
+    # next_levels' advice says so; without the note the same set is silent (a defect)
+    cell = replace({c.name: c for c in bench._cells()}["mmc-open-c16-cv1"], scale=0.5)
+    res = llmlat.fit(cell.simulate(1000), model="mmc")
+    lo, hi = res.conf_int().loc["c"]
+    assert lo < hi and bench.says_cannot_tell(res)
+    assert bench.c_told(res, lo) == {"c_told": 1.0, "c_silent": 0.0}
+    assert bench.c_told(res, hi + 1)["c_told"] == 0.0  # outside the set: wrong
+    res.notes = [n for n in res.notes if "95% set" not in n]
+    assert not bench.says_cannot_tell(res)
+    assert bench.c_told(res, lo) == {"c_told": float(res.params["c"] == lo), "c_silent": 1.0}
+
+
+def test_a_batch_fits_slot_set_of_several_values_is_said(bench):
+    # 128 slots, the calibration's closed design: the slot cap's 95% set is {128, 129} (3 of
+    # 4 seeds), which the fit did not say: now a note and advice, the levels around the knee
+    # and a level of 129 clients (they wait for a slot only if slots < 129)
+    cell = {c.name: c for c in bench._cells()}["batch-closed-s128"]
+    res = llmlat.fit(cell.simulate(1000), model="batch")
+    assert tuple(res.conf_int().loc["slots"]) == (128, 129)
+    assert bench.c_told(res, 128) == {"c_told": 1.0, "c_silent": 0.0}
+    rows = res.next_levels()
+    assert rows["param"].eq("slots").all() and 129 in set(rows["level"])
+    assert (rows["requests"] >= rows["measured"]).all()
+    assert any(n.startswith("slots = 128 is one of 128..129 (95% set)") for n in res.notes)
+
+
+@pytest.mark.parametrize(
+    ("counts", "end"),
+    [
+        ({"c_exact": (19, 20), "c_told": (20, 20)}, "=> exact"),
+        (
+            {"c_exact": (3, 20), "c_told": (20, 20), "c_exact_after": (20, 20)},
+            "=> design-limited: the fit says it cannot tell, and its advice pins c",
+        ),
+        (
+            {"c_exact": (3, 20), "c_told": (19, 20)},
+            "=> design-limited: the fit says it cannot tell (--follow checks its advice)",
+        ),
+        ({"c_exact": (3, 20), "c_told": (10, 20)}, "=> WRONG: c wrong without saying so"),
+        (
+            {"c_exact": (3, 20), "c_told": (20, 20), "c_exact_after": (10, 20)},
+            "=> advice short: following it does not pin c",
+        ),
+        (
+            {"c_exact": (19, 20), "c_told": (20, 20), "c_silent": (1, 20)},
+            "=> exact; DEFECT: 1/20 sets of several values without advice",
+        ),
+        (
+            {"c_exact": (3, 20), "c_told": (20, 20), "c_exact_after": (19, 20)}
+            | {"c_silent_after": (2, 20)},
+            "advice pins c; DEFECT: 2/20 sets of several values without advice after following",
+        ),
+    ],
+)
+def test_c_verdict(bench, counts, end):
+    text = bench.c_verdict(counts)
+    assert text.endswith(end)
+    assert text.startswith(f"exact {counts['c_exact'][0]}/20 (")
 
 
 def test_break_truth_is_simulated_where_no_formula_is_exact(bench, monkeypatch):

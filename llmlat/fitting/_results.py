@@ -26,9 +26,11 @@ _STEP_MISFIT = 6.0
 
 #: The spread of the integer the advice of :meth:`FitResult.next_levels` aims at: rounding an
 #: estimate with this standard deviation gives the truth in 98% of sweeps in theory. Measured by
-#: following the advice (``bench_calibration.py --follow``): c exact in 0.93-0.96 of seeds; at
-#: 0.5 / z(0.975) (95% in theory) in 0.86-0.93 (open c = 64: 60 of 70), as the levels it does
-#: not lengthen keep their share of the information.
+#: following the advice (``bench_calibration.py --follow``): c exact in 0.96-1.00 of seeds
+#: (see :meth:`FitResult.next_levels`). With the profile's curvature alone 0.92-0.96 (open
+#: c = 64: 46 of 50, 17 of its first 20), as the levels the advice does not lengthen keep their
+#: share of it and a level past capacity counts half its completions: an open sweep's two
+#: advised levels are now asked what their own errors need (:meth:`FitResult._pair_requests`).
 _SD_PINNED = 0.5 / float(stats.norm.ppf(0.99))
 
 #: What to measure to pin down a parameter the data leave open.
@@ -332,14 +334,17 @@ class FitResult:
           saturation), between its interval and the first refused level (a closed loop whose
           queue shows at one level at most), or streamed levels around it (step times that
           disagree with the latency);
-        - c is identified but its 95% set holds more than one value: the levels whose data
-          pin it (open loop: the level past capacity and the lightest; closed: those around
-          the knee, and new levels of c and c + 1 clients in the set above its lowest value:
-          N clients queue on N - 1 servers and never on N), measured until the spread of c
-          (from the profile likelihood's curvature; it shrinks as one over the square root of
-          the requests) is small enough for c to come out exact: following it gave the true c in
-          88-98% of simulated sweeps (`benchmarks/bench_calibration.py --follow`; closed
-          loops at c = 64: 48 of 50, the two misses pinned at 63 before any advice);
+        - the integer (c, or the slot cap) is identified but its 95% set holds more than one
+          value: the levels whose data pin it (open loop: the level past capacity and the
+          lightest; closed: those around the knee, and new levels of c and c + 1 clients in
+          the set above its lowest value: N clients queue on N - 1 servers and never on N),
+          measured until the spread of c is small enough for c to come out exact (from the
+          profile likelihood's curvature, which shrinks as the requests grow; in an open
+          M/M/c sweep at least what the two advised levels' own errors need for c = X / mu):
+          following it gave the true c in 96-100% of simulated sweeps with exponential service
+          (`benchmarks/bench_calibration.py --follow`, 20-50 seeds: open c = 16 48 of 49, 64
+          50 of 50; capped c = 16 49 of 50, 64 19 of 19; closed c = 64 48 of 50, the two
+          misses pinned at 63 before any advice);
         - a continuous parameter is not identified (``param`` names it): the lightest level
           for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
 
@@ -401,6 +406,38 @@ class FitResult:
         var = 1 / curve if curve > 0 else ((b - a + 1) / (2 * stats.norm.ppf(0.975))) ** 2
         return max(1.0, var / _SD_PINNED**2)
 
+    def _pair_requests(self, top: float, light: float) -> float:
+        """Return the requests each of two open levels needs for c = X / mu to come out exact.
+
+        The level past capacity measures the capacity X by its throughput, the lightest the
+        service time 1 / mu by its mean latency; measured n times as long, their relative
+        variances fall as their own counts, so c's spread reaches :data:`_SD_PINNED` at
+        ``c^2 (n_x rel_x^2 + n_l rel_l^2) / sd^2`` requests each. :meth:`_growth` scales the
+        whole profile, but the levels the advice does not lengthen keep their share of its
+        curvature, and a level past capacity counts only its window (half of a growing
+        queue's completions): at open c = 64 the spread after following it was 0.23-0.30,
+        not 0.215 (c exact 46 of 50). 0 when the fit measured no throughput at ``top``.
+        """
+        pr = self._problem
+        if self._model.family != "mmc":
+            return 0.0
+        alle = pr.all.levels
+        flag = pr.past_cap
+        if not flag.any():
+            flag = alle["overloaded"].to_numpy(bool) if "overloaded" in alle else flag
+        over = alle["level"].to_numpy(dtype=np.float64)[flag]
+        at = np.flatnonzero(np.isclose(over, top))
+        lv = pr.obs.levels
+        first = lv.iloc[0]
+        if not at.size or len(pr.x_over) != len(over) or not np.isclose(first["level"], light):
+            return 0.0
+        i = int(at[-1])
+        rel_x = pr.se_over[i] / pr.x_over[i]
+        rel_l = first["se_mean_s"] / first["mean_s"]
+        var = self._measured(top) * rel_x**2 + self._measured(light) * rel_l**2
+        need = float(self.params[self._model.integer]) ** 2 * var / _SD_PINNED**2
+        return need if np.isfinite(need) else 0.0
+
     def _deviance(self) -> pd.Series:
         """Twice the profile log-likelihood's drop from its best, per integer (as a chi-square).
 
@@ -420,15 +457,18 @@ class FitResult:
         1,000 arrivals pin c = 64 to about +-4): say so, and what would pin it (the rows of
         :meth:`next_levels`). An open sweep's capacity c mu is what an overloaded level's
         throughput measures, its service time what the lightest level's latency measures.
+        A batching fit's slot cap alike (a closed sweep at 128 slots: {128, 129} in 3 of 4
+        seeds, which it did not say).
         """
         m = self._model
-        if m.family != "mmc" or not m.integer or m.integer in self.unidentified:
+        if not m.integer or m.integer in self.unidentified:
             return []
         a, b = self._integer_interval(0.05)
         if b == a:
             return []
         lv = self._problem.obs.levels
         grow = self._growth()
+        servers = "servers" if m.family == "mmc" else "slots"
         if self.kind == "rate":
             # the highest level past capacity (overloaded, or refusing behind a queue cap)
             alle = self._problem.all.levels
@@ -438,7 +478,8 @@ class FitResult:
             light = float(lv["level"].iloc[0])
             if past.any():
                 top = float(alle.loc[past, "level"].iloc[-1])
-                n = _round_up(grow * max(self._measured(top), self._measured(light)))
+                n = grow * max(self._measured(top), self._measured(light))
+                n = _round_up(max(n, self._pair_requests(top, light)))
                 start = f"measure the level {top:g} past capacity"
             else:
                 top = float(f"{1.2 * self.capacity_rps:.3g}")
@@ -464,7 +505,7 @@ class FitResult:
             fitted = int(self.params[m.integer])
             for k in (fitted, fitted + 1):
                 if a < k <= b and k >= 2 and not np.isclose(loads, k).any():
-                    why = f"its requests queue if c < {k:g}, never if c >= {k:g}"
+                    why = f"its requests queue if {m.integer} < {k:g}, never if >= {k:g}"
                     asks[float(k)] = (self._length(k), why)
             rows = [
                 self._ask(m.integer, v, _round_up(grow * n), why)
@@ -474,11 +515,11 @@ class FitResult:
                 f"measure the level{'s' if len(rows) > 1 else ''} "
                 f"{_and(r['level'] for r in rows)} for about "
                 f"{_and((r['requests'] for r in rows), ',.0f')} requests (their waits and "
-                "throughput pin the knee; N clients queue only on fewer than N servers)"
+                f"throughput pin the knee; N clients queue only on fewer than N {servers})"
             )
         return [
-            f"c = {self.params[m.integer]:g} is one of {a:g}..{b:g} (95% set): these levels "
-            f"do not pin it to one value; to pin it, {how}"
+            f"{m.integer} = {self.params[m.integer]:g} is one of {a:g}..{b:g} (95% set): these "
+            f"levels do not pin it to one value; to pin it, {how}"
         ]
 
     def _identification(self) -> dict[str, str]:
