@@ -305,8 +305,9 @@ class Model:
     def _quantile(self, p: dict, loads: np.ndarray, kind: str, prob: float) -> np.ndarray:
         if kind == "rate" and "k_sys" in p:
             return _mmck_quantile(prob, loads, p)
-        # a measured service CV (set only where it is clearly not 1): the general service law
-        if "cv_s" in p and (self.name == "mgc" or kind == "rate"):
+        # a measured service CV (set only where it is clearly not 1): the general service law,
+        # open or closed by the load's kind (a plan asks an open fit for its concurrency too)
+        if "cv_s" in p and kind == "rate":
             return q.mgc_response_quantile(prob, loads, p["mu"], p["c"], p["cv_s"])
         if "cv_s" in p:
             return q.closed_mgc_response_quantile(

@@ -380,6 +380,12 @@ def test_mgc_quantiles_and_p95_plan():
     plan = res.plan(p95=1.5)
     at = res.predict([plan.max_rate_rps], kind="rate")["latency_p95_s"].iloc[0]
     assert 1.4 <= at <= 1.5  # the conservative end of a tight fit: just under the target
+    # its concurrency bound is the closed system's, as an mmc fit's with the same CV: N below
+    # c never waits (the open law read N = 8 as a rate of 8 on a capacity of 8: p95 74 s)
+    same = fit(req, model="mmc", cv_s=res.fixed["cv_s"])
+    assert plan.max_concurrency == same.plan(p95=1.5).max_concurrency
+    p95 = res.predict([3, 8], kind="concurrency")["latency_p95_s"].to_numpy()
+    assert p95 == pytest.approx(same.predict([3, 8], kind="concurrency")["latency_p95_s"])
 
 
 def test_throughput_is_the_summary_steady_window_rate():
