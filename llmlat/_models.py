@@ -91,6 +91,7 @@ def _mdck_cached(key: bytes, mu: float, c: int, k: int) -> np.ndarray:
     eqs[:, -1] = 1.0
     rhs = np.broadcast_to(np.eye(top + 1)[-1], (len(a), top + 1))[..., None]
     shape = np.clip(np.linalg.solve(eqs, rhs)[:, :k, 0], 0.0, None)
+    shape[shape.sum(axis=1) <= 0.0, -1] = 1.0  # far past capacity: admitted into the last place
     shape /= shape.sum(axis=1, keepdims=True)
     busy = shape @ np.minimum(n[:k], c)
     full = np.clip((a - busy) / (c + a - busy), 0.0, 1.0)
@@ -109,9 +110,10 @@ def _mgck_states(lam: np.ndarray, p: dict) -> np.ndarray:
     Exponential service: the M/M/c/K chain, exactly. A measured service CV below 1: the
     constant-service states of :func:`_mdck_states` and the exponential chain's, mixed in
     ``cv^2`` (:func:`_mgck_mix`), as Cosmetatos and Kimura interpolate M/D/c and M/M/c.
-    Against exact simulations behind a queue of 2c (c = 1 to 64, CV 0.05, 50-120% load) the
-    refused share is within 0.1 point; the exponential chain's is 0.049 at c = 4 and 90%
-    load, where 0.019 are refused, and 0.135 for 0.073 at c = 1 and 70%.
+    Against exact simulations of 10^6 requests behind a queue of 2c (c = 1 to 64, CV 0.05
+    and 0.5, 50-120% load; ``bench_calibration.py --capped-law``) the refused share is within
+    0.5 point; the exponential chain's is 0.049 at c = 4 and 90% load, where 0.019 are
+    refused, and 0.135 for 0.073 at c = 1 and 70%.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     mu, c, k = p["mu"], p["c"], p["k_sys"]
@@ -172,9 +174,8 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     arrivals since, come to fewer than (k + 1) c; with the time-average states of
     :func:`_mdck_states` below K. Behind the cap no admitted request waits as long as
     ``ceil((K - c) / c) D``: the law's mass beyond it (arrivals counted that the full system
-    refused) is put there. Against exact simulations of 10^6 requests (c = 4 to 64 behind a
-    queue of 2c, CV 0.05, 50-120% load) the response p95 read within -0.4% to +0.3%; with the
-    states measured in the simulation, within 0.2%.
+    refused) is put there. Exact for one server (the M/D/1/K wait is the uncapped one's below
+    that bound), given its states.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     lam_a = np.array([float(lam)])
@@ -216,9 +217,12 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     1: the wait of :func:`_mgck_wait_cdf` plus an independent service, gamma with mean
     ``1 / mu`` and that CV. The gamma law with the mean and variance of the wait by spells
     (:func:`_spell_waits`, which a CV past 1 still takes) read the p95 of 4 near-constant
-    servers behind a queue of 8 5% low at 70% load and 12% high at 120%; this law reads
-    within 0.5% there (10^6 simulated requests; c = 1 to 64, CV 0.05 and 0.2 to 1: within
-    2%, but up to 4% low on one server at CV 0.2-0.5, as the mixture in ``cv^2`` has it).
+    servers behind a queue of 8 6% low at 70% load and 12% high at 120%. Against exact
+    simulations of 10^6 requests behind a queue of 2c (c = 1 to 64, 50-120% load;
+    ``bench_calibration.py --capped-law``) this law's p95 reads within -0.4% to +1% at CV
+    0.05 and within 1% at CV 0.5 on 4 to 64 servers, but 3-4% low on one server at CV 0.5
+    (the mixture in ``cv^2``; the mean is within 1% there). Past capacity its mean reads up
+    to 2% high (c = 4 to 16: the states next to the full one are the approximation's).
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     out = np.empty(len(loads))
