@@ -7,6 +7,7 @@ from math import exp, factorial
 import numpy as np
 import pytest
 
+import llmlat
 from llmlat import queueing
 from llmlat._models import Model, _mdck_states, _mgck_wait_cdf, _mmck_quantile, _mmck_wait
 from llmlat._synth import mgc_sweep
@@ -89,3 +90,15 @@ def test_near_constant_service_behind_a_cap_has_the_simulated_law(c, cap, load):
     assert abs(_mmck_quantile(0.95, lam, p)[0] / p95 - 1) < 0.01 + 3 * p95_se / p95
     assert abs((_mmck_wait(lam, p)[1][0] + 1 / MU) / mean - 1) < 0.025 + 3 * mean_se / mean
     assert Model.blocking(p, lam)[0] == pytest.approx(refused, abs=0.01)
+
+
+def test_a_plan_behind_a_cap_says_where_the_law_reads_low():
+    # CV 0.5 mixes the constant-service and exponential laws, which reads up to 4% low on
+    # one server; CV 0.05 is within 0.5% of exact simulation and asks for no margin
+    rates = [f * 4 * MU for f in (0.3, 0.6, 0.9, 1.2)]
+    notes = {}
+    for cv in (0.05, 0.5):
+        data = mgc_sweep("rate", rates, MU, 4, cv_s=cv, queue_cap=8, seed=3)
+        notes[cv] = llmlat.fit(data, model="mmc").plan(p95=1.5).note
+    assert "reads up to 4% low on one server" in notes[0.5]
+    assert "reads" not in notes[0.05] and "approximation" not in notes[0.05]

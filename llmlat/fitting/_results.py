@@ -872,7 +872,7 @@ class FitResult:
                     notes.append(
                         f"behind the queue cap, the {stat} of a service with CV {cv:.2g} "
                         "mixes the constant-service and exponential laws in CV^2, which reads "
-                        "up to 4% low on one server at CV 0.2-0.5 (within 2% on 4 to 64, "
+                        "up to 4% low on one server at CV 0.2-0.5 (within 1% on 4 to 64, "
                         "against exact simulation): keep that margin, or check the plan "
                         "with llmlat.verify_plan"
                     )
