@@ -56,6 +56,9 @@ _DIFFUSE = 8
 #: most 8 times as many in all).
 _GRID = 128
 
+#: Places past K on which :func:`_mdck_cached` solves the chain's shape (at most c).
+_MARGIN = 16
+
 
 def _poisson_pmf(i: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """P(Poisson(mean) = i), broadcast; a mean of 0 puts everything on 0."""
@@ -78,24 +81,40 @@ def _mdck_states(lam: np.ndarray, mu: float, c: int, k: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _mdck_cached(key: bytes, mu: float, c: int, k: int) -> np.ndarray:
-    """:func:`_mdck_states` for the rates in ``key``: a fit asks each parameter set's states
-    for its mean, its throughput and its refusals."""
-    a = np.frombuffer(key, dtype=np.float64) / mu
-    top = k + c
-    n = np.arange(top + 1)
-    ahead = n[None, :] - np.maximum(n - c, 0)[:, None]  # arrivals that take row to column
-    pmf = _poisson_pmf(n[None, :], a[:, None])
-    chain = np.where(ahead >= 0, pmf[:, np.clip(ahead, 0, None)], 0.0)
-    chain[:, :, -1] = 1.0 - chain[:, :, :-1].sum(axis=2)  # the top state keeps any more
-    eqs = np.swapaxes(chain, 1, 2) - np.eye(top + 1)
-    eqs[:, -1] = 1.0
-    rhs = np.broadcast_to(np.eye(top + 1)[-1], (len(a), top + 1))[..., None]
-    shape = np.clip(np.linalg.solve(eqs, rhs)[:, :k, 0], 0.0, None)
-    shape[shape.sum(axis=1) <= 0.0, -1] = 1.0  # far past capacity: admitted into the last place
-    shape /= shape.sum(axis=1, keepdims=True)
-    busy = shape @ np.minimum(n[:k], c)
-    full = np.clip((a - busy) / (c + a - busy), 0.0, 1.0)
-    return np.concatenate([(1.0 - full)[:, None] * shape, full[:, None]], axis=1)
+    """:func:`_mdck_states` for the rates in ``key`` (a fit asks each parameter set's states
+    for its mean, its throughput and its refusals).
+
+    The chain is solved on the number waiting, y' = min(max(y + A - c, 0), Y), Y + c = K + c
+    or, where the M/M/c/K chain (whose queue is longer) leaves no mass, less; the number in
+    the system is then the waiting plus the arrivals since.
+    """
+    out = np.zeros((len(key) // 8, k + 1))
+    tails = q._mmck_states(np.frombuffer(key, dtype=np.float64), mu, c, k)
+    for row, (a, tail) in enumerate(
+        zip(np.frombuffer(key, dtype=np.float64) / mu, tails, strict=True)
+    ):
+        seen = np.flatnonzero(tail > 1e-16 * tail.max())
+        top = max(int(seen[-1]) + 1 if int(seen[-1]) < k else k + min(c, _MARGIN), c + 1)
+        y = np.arange(top - c + 1)
+        step = y[None, :] - y[:, None] + c  # arrivals that take row to column
+        pmf = _poisson_pmf(np.arange(top + 1), a)
+        chain = np.where(step >= 0, pmf[np.clip(step, 0, top)], 0.0)
+        chain[:, 0] = np.where(y <= c, special.pdtr(np.clip(c - y, 0, None), a), 0.0)  # all served
+        chain[:, -1] = 1.0 - chain[:, :-1].sum(axis=1)  # the top keeps any more
+        eqs = chain.T - np.eye(len(y))
+        eqs[-1] = 1.0
+        waiting = np.clip(np.linalg.solve(eqs, np.eye(len(y))[-1]), 0.0, None)
+        n = np.arange(min(top, k))
+        ahead = n[:, None] - y[None, :]
+        shape = np.where(ahead >= 0, pmf[np.clip(ahead, 0, top)], 0.0) @ waiting
+        if shape.sum() <= 0.0:  # far past capacity: admitted into the last place
+            shape[-1] = 1.0
+        full_shape = np.zeros(k)
+        full_shape[: len(shape)] = shape / shape.sum()
+        busy = np.minimum(np.arange(k), c) @ full_shape
+        full = np.clip((a - busy) / (c + a - busy), 0.0, 1.0)
+        out[row] = np.append((1.0 - full) * full_shape, full)
+    return out
 
 
 def _mgck_mix(p: dict) -> float:
