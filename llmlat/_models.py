@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
+from threadpoolctl import ThreadpoolController
 
 from llmlat import queueing as q
 from llmlat._aggregate import QUANTILES, Observed
@@ -65,6 +66,12 @@ def _poisson_pmf(i: np.ndarray, mean: np.ndarray) -> np.ndarray:
     return np.exp(special.xlogy(i, mean) - mean - special.gammaln(i + 1.0))
 
 
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The BLAS libraries loaded (found once: a look costs milliseconds)."""
+    return ThreadpoolController()
+
+
 def _mdck_states(lam: np.ndarray, mu: float, c: int, k: int) -> np.ndarray:
     """Constant service (M/D/c/K): probabilities of 0..K in the system, per arrival rate.
 
@@ -88,32 +95,45 @@ def _mdck_cached(key: bytes, mu: float, c: int, k: int) -> np.ndarray:
     or, where the M/M/c/K chain (whose queue is longer) leaves no mass, less; the number in
     the system is then the waiting plus the arrivals since.
     """
-    out = np.zeros((len(key) // 8, k + 1))
+    a_all = np.frombuffer(key, dtype=np.float64) / mu
     tails = q._mmck_states(np.frombuffer(key, dtype=np.float64), mu, c, k)
-    for row, (a, tail) in enumerate(
-        zip(np.frombuffer(key, dtype=np.float64) / mu, tails, strict=True)
-    ):
-        seen = np.flatnonzero(tail > 1e-16 * tail.max())
-        top = max(int(seen[-1]) + 1 if int(seen[-1]) < k else k + min(c, _MARGIN), c + 1)
-        y = np.arange(top - c + 1)
-        step = y[None, :] - y[:, None] + c  # arrivals that take row to column
+    big = tails > 1e-16 * tails.max(axis=1, keepdims=True)
+    seen = k - np.argmax(big[:, ::-1], axis=1)  # the last state with mass
+    tops = np.maximum(np.where(seen < k, seen + 1, k + min(c, _MARGIN)), c + 1)
+    # one thread: a threaded BLAS stalls on these small solves on a loaded machine (30 s a fit)
+    with _blas().limit(limits=1, user_api="blas"):
+        return _mdck_rows(a_all, tops.tolist(), c, k)
+
+
+def _mdck_rows(a_all: np.ndarray, tops: list[int], c: int, k: int) -> np.ndarray:
+    """:func:`_mdck_cached`'s states, one row per offered load ``a_all`` (busy servers) on
+    a chain truncated at ``tops`` in the system."""
+    out = np.empty((len(a_all), k + 1))
+    for row, (a, top) in enumerate(zip(a_all, tops, strict=True)):
+        size = top - c + 1
         pmf = _poisson_pmf(np.arange(top + 1), a)
-        chain = np.where(step >= 0, pmf[np.clip(step, 0, top)], 0.0)
-        chain[:, 0] = np.where(y <= c, special.pdtr(np.clip(c - y, 0, None), a), 0.0)  # all served
-        chain[:, -1] = 1.0 - chain[:, :-1].sum(axis=1)  # the top keeps any more
-        eqs = chain.T - np.eye(len(y))
-        eqs[-1] = 1.0
-        waiting = np.clip(np.linalg.solve(eqs, np.eye(len(y))[-1]), 0.0, None)
-        n = np.arange(min(top, k))
-        ahead = n[:, None] - y[None, :]
-        shape = np.where(ahead >= 0, pmf[np.clip(ahead, 0, top)], 0.0) @ waiting
+        # eqs[j, i] = pmf[j - i + c], the chance of moving from i to j waiting: a Toeplitz
+        # matrix, read off one padded vector
+        diag = np.concatenate([np.zeros(max(size - 1 - c, 0)), pmf[max(c - size + 1, 0) :]])
+        eqs = np.lib.stride_tricks.sliding_window_view(diag, size)[:, ::-1] - np.eye(size)
+        served = np.arange(min(c, size - 1) + 1)
+        eqs[0] = 0.0
+        eqs[0, served] = special.pdtr(c - served, a)  # all served
+        eqs[0, 0] -= 1.0
+        eqs[-1] = 1.0  # the top keeps any more: its balance is implied; sum to 1 instead
+        rhs = np.zeros(size)
+        rhs[-1] = 1.0
+        waiting = np.clip(np.linalg.solve(eqs, rhs), 0.0, None)
+        shape = np.zeros(k)
+        # in the system: the waiting plus the arrivals since
+        shape[: min(top, k)] = np.convolve(pmf, waiting)[: min(top, k)]
         if shape.sum() <= 0.0:  # far past capacity: admitted into the last place
-            shape[-1] = 1.0
-        full_shape = np.zeros(k)
-        full_shape[: len(shape)] = shape / shape.sum()
-        busy = np.minimum(np.arange(k), c) @ full_shape
+            shape[min(top, k) - 1] = 1.0
+        shape /= shape.sum()
+        busy = np.minimum(np.arange(k), c) @ shape
         full = np.clip((a - busy) / (c + a - busy), 0.0, 1.0)
-        out[row] = np.append((1.0 - full) * full_shape, full)
+        out[row, :k] = (1.0 - full) * shape
+        out[row, k] = full
     return out
 
 

@@ -6,10 +6,19 @@ from math import exp, factorial
 
 import numpy as np
 import pytest
+from scipy import special
 
 import llmlat
 from llmlat import queueing
-from llmlat._models import Model, _mdck_states, _mgck_wait_cdf, _mmck_quantile, _mmck_wait
+from llmlat._models import (
+    _MARGIN,
+    Model,
+    _mdck_states,
+    _mgck_wait_cdf,
+    _mmck_quantile,
+    _mmck_wait,
+    _poisson_pmf,
+)
 from llmlat._synth import mgc_sweep
 
 MU = 2.0
@@ -45,6 +54,49 @@ def test_constant_service_waits_as_erlang_said_below_a_far_cap():
             for k in range(int(s / d) + 1)
         )
         assert cdf[i] == pytest.approx(erlang, abs=1e-6)
+
+
+def _dense_mdck(a: float, c: int, k: int) -> np.ndarray:
+    """The M/D/c/K states of :func:`_mdck_states` built entry by entry and solved densely:
+    the chain on the number waiting, truncated where the M/M/c/K chain leaves no mass."""
+    tail = queueing._mmck_states(np.array([a * MU]), MU, c, k)[0]
+    seen = int(np.flatnonzero(tail > 1e-16 * tail.max())[-1])
+    top = max(seen + 1 if seen < k else k + min(c, _MARGIN), c + 1)
+    size = top - c + 1
+    # the same Poisson terms: far past capacity the states are ill-conditioned in them
+    pmf = _poisson_pmf(np.arange(top + 1), a)
+    pois = lambda i: pmf[i] if i >= 0 else 0.0  # noqa: E731
+    chain = np.zeros((size, size))
+    for y in range(size):
+        for z in range(1, size - 1):
+            chain[y, z] = pois(z - y + c)
+        chain[y, 0] = special.pdtr(c - y, a) if y <= c else 0.0
+        chain[y, -1] = 1.0 - chain[y, :-1].sum()
+    eqs = chain.T - np.eye(size)
+    eqs[-1] = 1.0
+    waiting = np.clip(np.linalg.solve(eqs, np.eye(size)[-1]), 0.0, None)
+    shape = np.zeros(k)
+    for n in range(min(top, k)):
+        shape[n] = sum(pois(n - y) * waiting[y] for y in range(min(n, size - 1) + 1))
+    if shape.sum() <= 0.0:
+        shape[min(top, k) - 1] = 1.0
+    shape /= shape.sum()
+    busy = np.minimum(np.arange(k), c) @ shape
+    full = min(max((a - busy) / (c + a - busy), 0.0), 1.0)
+    return np.append((1.0 - full) * shape, full)
+
+
+@pytest.mark.parametrize(
+    "c, k, loads",
+    [(1, 3, (0.5, 1.3)), (4, 12, (0.3, 0.95, 1.2)), (16, 48, (0.9, 3.0)), (64, 192, (0.6, 1.2))],
+)
+def test_constant_service_states_are_the_dense_chains(c, k, loads):
+    # the fast path (one Toeplitz matrix per load, one BLAS thread) against the chain
+    # written out entry by entry, below and past capacity
+    a = np.array(loads) * c
+    fast = _mdck_states(a * MU, MU, c, k)
+    for row, load in zip(fast, a, strict=True):
+        np.testing.assert_allclose(row, _dense_mdck(float(load), c, k), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("c, k", [(1, 3), (4, 12), (16, 48)])
