@@ -94,7 +94,7 @@ from scipy import stats
 import llmlat
 from llmlat import queueing
 from llmlat._loadshapes import default_length
-from llmlat._models import _mmck_quantile
+from llmlat._models import Model, _mmck_quantile, _mmck_wait, _spell_waits
 from llmlat._synth import batch_closed_requests, mgc_sweep
 
 MU = 2.0
@@ -199,18 +199,30 @@ def simulated_p95(
 ) -> tuple[float, np.ndarray]:
     """The p95 response time of c FCFS servers (gamma service, CV ``cv``) in steady state.
 
-    Exact discrete-event simulation: ``n`` requests (:data:`TRUTH_REQUESTS` for the benchmark) after
-    n/10 dropped (the queue starts empty), open Poisson arrivals at ``load`` req/s (with
-    ``cap`` most waiting; refused arrivals are no requests) or ``load`` closed clients sending
-    again at once. One seed for every truth and load (common random numbers: the same unit
-    draws scaled by the rate), so the p95s of two loads differ by the load, not by the draws;
-    per-batch p95s (20 batches in request order, paired across loads) give the errors. Cached
-    per truth and load.
+    The responses of :func:`simulated_responses`; one seed for every truth and load (common
+    random numbers: the same unit draws scaled by the rate), so the p95s of two loads differ
+    by the load, not by the draws; per-batch p95s (20 batches in request order, paired
+    across loads) give the errors. Cached per truth and load.
 
     Returns
     -------
     tuple
         The p95 over all ``n`` and the 20 batches' p95s.
+    """
+    resp = simulated_responses(kind, load, c, cv, cap, n)
+    batches = np.array([np.nanquantile(b, 0.95) for b in np.array_split(resp, _TRUTH_BATCHES)])
+    return float(np.nanquantile(resp, 0.95)), batches
+
+
+def simulated_responses(
+    kind: str, load: float, c: int, cv: float, cap: int | None, n: int
+) -> np.ndarray:
+    """Response times of c FCFS servers (gamma service, CV ``cv``) in steady state, in order.
+
+    Exact discrete-event simulation: ``n`` requests (:data:`TRUTH_REQUESTS` for the benchmark)
+    after n/10 dropped (the queue starts empty), open Poisson arrivals at ``load`` req/s (with
+    ``cap`` most waiting; a refused arrival's response is NaN) or ``load`` closed clients
+    sending again at once; seed :data:`TRUTH_SEED`.
     """
     rng = np.random.default_rng(TRUTH_SEED)
     m = n + n // 10
@@ -240,9 +252,7 @@ def simulated_p95(
             heapq.heapreplace(free, e)
             heapq.heappush(ready, e)
             resp[i] = e - t
-    resp = resp[m - n :]
-    batches = np.array([np.nanquantile(b, 0.95) for b in np.array_split(resp, _TRUTH_BATCHES)])
-    return float(np.nanquantile(resp, 0.95)), batches
+    return resp[m - n :]
 
 
 def _true_p95(cell: Cell, load: float, kind: str) -> tuple[float, np.ndarray | None]:
@@ -779,6 +789,58 @@ def _follow_text(row: dict) -> str:
     )
 
 
+CAPPED_LOADS = (0.5, 0.7, 0.8, 0.9, 1.0, 1.2)
+
+
+def _capped_point(args: tuple[int, float, float, int]) -> dict:
+    """One truth of :func:`capped_law`: the law's and the simulation's admitted p95 and mean,
+    and the refused share, before (spells) and after (M/D/c/K mixed in cv^2)."""
+    c, cv, load, n = args
+    lam = np.array([load * c * MU])
+    resp = simulated_responses("rate", float(lam[0]), c, cv, 2 * c, n)
+    ok = resp[~np.isnan(resp)]
+    p = {"mu": MU, "c": c, "k_sys": 3 * c}
+    exact = {**p, "cv_s": cv}
+    waits, mean, var = _spell_waits(lam, exact)  # the law by spells this one replaced
+    before = (
+        float(queueing._queued_gamma_quantile(0.95, waits, mean, var, MU, cv)[0]),
+        float((waits @ mean)[0] + 1 / MU),
+        float(queueing._mmck_states(lam, MU, c, 3 * c)[0, -1]),
+    )
+    after = (
+        float(_mmck_quantile(0.95, lam, exact if cv != 1.0 else p)[0]),
+        float(_mmck_wait(lam, exact)[1][0] + 1 / MU),
+        float(Model.blocking(exact, lam)[0]),
+    )
+    truth = (float(np.quantile(ok, 0.95)), float(ok.mean()), float(np.isnan(resp).mean()))
+    return {"c": c, "cv": cv, "load": load, "truth": truth, "before": before, "after": after}
+
+
+def capped_law(requests: int, pool: ProcessPoolExecutor) -> None:
+    """Print the capped law (M/G/c/K, a queue of 2c) against exact simulations: relative
+    errors of the admitted p95 and mean and the refused share's error in points, before
+    (the gamma law by spells, diffusion states, M/M/c/K refusals) -> after (the M/D/c/K law
+    mixed with M/M/c/K in cv^2), for c in 1, 4, 16, 64, CV 0.05, 0.5, 1 and 50-120% load.
+    CV 1 has exact formulas: its errors are the simulation's own."""
+    grid = [(c, cv, f, requests) for cv in (0.05, 0.5, 1.0) for c in (1, 4, 16, 64)
+            for f in CAPPED_LOADS]  # fmt: skip
+    print(f"capped law, queue 2c, {requests:,d} simulated requests a point: "
+          "p95 err % / mean err % / refused err points, before -> after")  # fmt: skip
+    rows = list(pool.map(_capped_point, grid))
+    for cv in (0.05, 0.5, 1.0):
+        for c in (1, 4, 16, 64):
+            cells = []
+            for r in (r for r in rows if r["c"] == c and r["cv"] == cv):
+                t = r["truth"]
+
+                def err(law: tuple, t: tuple = t) -> str:
+                    rel = [100 * (law[i] / t[i] - 1) for i in (0, 1)]
+                    return f"{rel[0]:+5.1f}/{rel[1]:+5.1f}/{100 * (law[2] - t[2]):+5.1f}"
+
+                cells.append(f"{r['load']:.1f}: {err(r['before'])} -> {err(r['after'])}")
+            print(f"cv {cv:<4g} c {c:<3d} " + " | ".join(cells), flush=True)
+
+
 def live(seeds: int) -> None:
     """A small set over HTTP: the simulator in mmc mode (c = 4, mu = 20), default lengths."""
     from llmlat.sim import Simulator
@@ -846,10 +908,21 @@ def main() -> None:
         action="store_true",
         help="print each seed's integer and 95%% set (and after --follow), and its errors",
     )
+    ap.add_argument(
+        "--capped-law",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only tabulate the capped law's errors against simulations of N requests a point",
+    )
     ap.add_argument("--live", type=int, default=0, help="seeds of the live HTTP set")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
+    if args.capped_law:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            capped_law(args.capped_law, pool)
+        return
     cells = [replace(c, scale=args.scale, loads=args.open_loads) for c in _cells()]
     names = args.cells or (QUICK if args.quick else [c.name for c in cells])
     unknown = set(names) - {c.name for c in cells}

@@ -9,9 +9,12 @@ parameters are optimised on the log scale; the integer one (servers ``c`` or slo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
+from threadpoolctl import ThreadpoolController
 
 from llmlat import queueing as q
 from llmlat._aggregate import QUANTILES, Observed
@@ -44,31 +47,263 @@ def _mmck_mix(lam: float, mu: float, c: int, k: int, tol: float = 1e-10):
     return keep.astype(np.float64), w[keep] / w[keep].sum()
 
 
-#: Smallest system (K) for the diffusion shape of :func:`_mgck_states` and for refusals of a
-#: non-exponential service in the fit: a queue of a few places keeps the chain's shape (M/D/1/3
-#: fitted mu 3.5% low with the diffusion one) and blocks as its service law says, which the
-#: M/M/c/K chain does not. On K alone, so the fit's terms do not change with the profiled c.
+#: Smallest system (K) for the diffusion shape of :func:`_diffusion_states` (a service CV past
+#: 1) and for refusals of a non-exponential service in the fit
+#: (:meth:`llmlat.fitting._estimate._Problem._refusals_count`): a queue of a few places refuses
+#: at every load. On K alone, so the fit's terms do not change with the profiled c.
 _DIFFUSE = 8
+
+#: Grid steps per service time on which :func:`_mgck_wait_cdf` tabulates the wait's law (at
+#: most 8 times as many in all).
+_GRID = 128
+
+#: Places past K on which :func:`_mdck_cached` solves the chain's shape (at most c).
+_MARGIN = 16
+
+
+def _poisson_pmf(i: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """P(Poisson(mean) = i), broadcast; a mean of 0 puts everything on 0."""
+    return np.exp(special.xlogy(i, mean) - mean - special.gammaln(i + 1.0))
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The BLAS libraries loaded (found once: a look costs milliseconds)."""
+    return ThreadpoolController()
+
+
+def _mdck_states(lam: np.ndarray, mu: float, c: int, k: int) -> np.ndarray:
+    """Constant service (M/D/c/K): probabilities of 0..K in the system, per arrival rate.
+
+    Seen one service time D = 1 / mu apart, the system holds the requests that were waiting
+    (all those in service have left) plus the arrivals since, a Poisson count of mean
+    ``lam D``: an exact chain for the uncapped queue. Behind the cap the states below K keep
+    that chain's shape (Tijms' approximation for M/G/c/c+N; exact for one server), solved on
+    K + c states (a shape that exists past capacity too), and the full state takes what the
+    carried load leaves: ``lam (1 - p_K) D`` busy servers on average.
+    """
+    lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
+    return _mdck_cached(lam.tobytes(), float(mu), int(c), int(k)).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _mdck_cached(key: bytes, mu: float, c: int, k: int) -> np.ndarray:
+    """:func:`_mdck_states` for the rates in ``key`` (a fit asks each parameter set's states
+    for its mean, its throughput and its refusals).
+
+    The chain is solved on the number waiting, y' = min(max(y + A - c, 0), Y), Y + c = K + c
+    or, where the M/M/c/K chain (whose queue is longer) leaves no mass, less; the number in
+    the system is then the waiting plus the arrivals since.
+    """
+    a_all = np.frombuffer(key, dtype=np.float64) / mu
+    tails = q._mmck_states(np.frombuffer(key, dtype=np.float64), mu, c, k)
+    big = tails > 1e-16 * tails.max(axis=1, keepdims=True)
+    seen = k - np.argmax(big[:, ::-1], axis=1)  # the last state with mass
+    tops = np.maximum(np.where(seen < k, seen + 1, k + min(c, _MARGIN)), c + 1)
+    # one thread: a threaded BLAS stalls on these small solves on a loaded machine (30 s a fit)
+    with _blas().limit(limits=1, user_api="blas"):
+        return _mdck_rows(a_all, tops.tolist(), c, k)
+
+
+def _mdck_rows(a_all: np.ndarray, tops: list[int], c: int, k: int) -> np.ndarray:
+    """:func:`_mdck_cached`'s states, one row per offered load ``a_all`` (busy servers) on
+    a chain truncated at ``tops`` in the system."""
+    out = np.empty((len(a_all), k + 1))
+    for row, (a, top) in enumerate(zip(a_all, tops, strict=True)):
+        size = top - c + 1
+        pmf = _poisson_pmf(np.arange(top + 1), a)
+        # eqs[j, i] = pmf[j - i + c], the chance of moving from i to j waiting: a Toeplitz
+        # matrix, read off one padded vector
+        diag = np.concatenate([np.zeros(max(size - 1 - c, 0)), pmf[max(c - size + 1, 0) :]])
+        eqs = np.lib.stride_tricks.sliding_window_view(diag, size)[:, ::-1] - np.eye(size)
+        served = np.arange(min(c, size - 1) + 1)
+        eqs[0] = 0.0
+        eqs[0, served] = special.pdtr(c - served, a)  # all served
+        eqs[0, 0] -= 1.0
+        eqs[-1] = 1.0  # the top keeps any more: its balance is implied; sum to 1 instead
+        rhs = np.zeros(size)
+        rhs[-1] = 1.0
+        waiting = np.clip(np.linalg.solve(eqs, rhs), 0.0, None)
+        shape = np.zeros(k)
+        # in the system: the waiting plus the arrivals since
+        shape[: min(top, k)] = np.convolve(pmf, waiting)[: min(top, k)]
+        if shape.sum() <= 0.0:  # far past capacity: admitted into the last place
+            shape[min(top, k) - 1] = 1.0
+        shape /= shape.sum()
+        busy = np.minimum(np.arange(k), c) @ shape
+        full = np.clip((a - busy) / (c + a - busy), 0.0, 1.0)
+        out[row, :k] = (1.0 - full) * shape
+        out[row, k] = full
+    return out
+
+
+def _mgck_mix(p: dict) -> float:
+    """Behind a queue cap with service CV ``cv`` up to 1: the constant-service law's weight,
+    ``1 - cv^2``, in its mixture with the exponential one (0 from CV 1 on)."""
+    return max(1.0 - p.get("cv_s", 1.0) ** 2, 0.0)
 
 
 def _mgck_states(lam: np.ndarray, p: dict) -> np.ndarray:
     """Probabilities of 0..K in the system behind a queue cap, per arrival rate.
 
-    Exponential service: the M/M/c/K chain, exactly. A measured service CV: the chain's
-    probabilities below c and of c or more (the probability of waiting, as Allen-Cunneen
-    keeps Erlang C's), but from c on a queue whose length falls (or, past capacity, grows)
-    by ``rho^((1 + rho) / (rho + cv^2))`` a place instead of ``rho``: the diffusion
-    approximation's rate ``2 (1 - rho) / (rho + cv^2)`` for a queue fed by Poisson arrivals,
-    in units of the M/M chain's ``2 (1 - rho) / (1 + rho)``. Near-constant service keeps a
-    shorter queue below capacity (half the wait, as Allen-Cunneen says) and a fuller one past
-    it; with the M/M/c/K states such a server's c comes out too high. A system of fewer
-    than :data:`_DIFFUSE` places keeps the chain's shape.
+    Exponential service: the M/M/c/K chain, exactly. A measured service CV below 1: the
+    constant-service states of :func:`_mdck_states` and the exponential chain's, mixed in
+    ``cv^2`` (:func:`_mgck_mix`), as Cosmetatos and Kimura interpolate M/D/c and M/M/c.
+    Against exact simulations of 10^6 requests behind a queue of 2c (c = 1 to 64, CV 0.05
+    and 0.5, 50-120% load; ``bench_calibration.py --capped-law``) the refused share is within
+    0.5 point; the exponential chain's is 0.049 at c = 4 and 90% load, where 0.019 are
+    refused, and 0.135 for 0.073 at c = 1 and 70%.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     states = q._mmck_states(lam, mu, c, k)
-    cv = p.get("cv_s", 1.0)
-    if cv == 1.0 or k < _DIFFUSE or k <= c:
+    const = _mgck_mix(p)
+    if const == 0.0:
+        return states
+    return const * _mdck_states(lam, mu, c, k) + (1.0 - const) * states
+
+
+def _mgck_parts(lam: np.ndarray, p: dict) -> list[tuple[float, np.ndarray, bool]]:
+    """Per arrival rate, the laws :func:`_mgck_mix` mixes: (weight, states, constant) for
+    the exponential one and, if weighted, the constant-service one."""
+    mu, c, k = p["mu"], p["c"], p["k_sys"]
+    const = _mgck_mix(p)
+    parts = [(1.0 - const, q._mmck_states(lam, mu, c, k), False)]
+    if const > 0.0:
+        parts.append((const, _mdck_states(lam, mu, c, k), True))
+    return parts
+
+
+def _mmck_wait(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Behind a queue cap: per arrival rate, the probability that an admitted request waits
+    and its mean wait.
+
+    Each law of :func:`_mgck_parts` by its own states: the exponential one waits for
+    n - c + 1 departures at rate c mu, the constant-service one its queue's mean by Little's
+    law, ``L_q / (lam (1 - p_K))``; a measured CV up to 1 mixes them. Past CV 1, the spells
+    of :func:`_spell_waits`.
+    """
+    lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
+    if p.get("cv_s", 1.0) > 1.0:
+        waits, mean, _ = _spell_waits(lam, p)
+        return waits.sum(axis=1), waits @ mean
+    c, k = p["c"], p["k_sys"]
+    n = np.arange(k + 1)
+    waits, means = np.zeros(len(lam)), np.zeros(len(lam))
+    for weight, states, const in _mgck_parts(lam, p):
+        admitted = 1.0 - states[:, -1]
+        waits += weight * states[:, c:k].sum(axis=1) / admitted
+        if const:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                mean = states @ np.maximum(n - c, 0) / (lam * admitted)
+            means += weight * np.nan_to_num(mean)
+        else:
+            spells = np.maximum(n[:k] - c + 1, 0) / (c * p["mu"])
+            means += weight * states[:, :k] @ spells / admitted
+    return waits, means
+
+
+def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Behind a queue cap: the wait of an admitted request, P(W <= x) on a grid of x.
+
+    Exponential service: n found means n - c + 1 departures at rate c mu (Erlang).
+    Constant service D (Crommelin's argument, as Franx 2001 uses for M/D/c): a request waits
+    at most kD + u (0 <= u < D) exactly when those ahead of it at time u + kD number fewer
+    than c, and those ahead of it D - u before its arrival that were waiting then, plus the
+    arrivals since, come to fewer than (k + 1) c; with the time-average states of
+    :func:`_mdck_states` below K. Behind the cap no admitted request waits as long as
+    ``ceil((K - c) / c) D``: the law's mass beyond it (arrivals counted that the full system
+    refused) is put there. Exact for one server (the M/D/1/K wait is the uncapped one's below
+    that bound), given its states.
+    """
+    mu, c, k = p["mu"], p["c"], p["k_sys"]
+    lam_a = np.array([float(lam)])
+    parts = _mgck_parts(lam_a, p)
+    d = 1.0 / mu
+    bound = np.ceil((k - c) / c) * d  # no admitted request waits this long
+    jobs = max(k - c, 1)
+    far = max(bound, (jobs + 6.0 * np.sqrt(jobs) + 6.0) / (c * mu))
+    x = np.arange(0.0, far + d / _GRID, max(d / _GRID, far / (8 * _GRID)))
+    cdf = np.zeros(len(x))
+    for weight, states, const in parts:
+        admitted = states[0, :k] / states[0, :k].sum()
+        if const:
+            # weights by the number waiting, cumulated: at most m waiting
+            waiting = np.cumsum(np.bincount(np.maximum(np.arange(k) - c, 0), weights=admitted))
+            spell = np.floor(x / d)
+            u = x - spell * d
+            most = int(np.ceil((k - c) / c)) * c
+            i = np.arange(max(most, 1))
+            arrivals = _poisson_pmf(i[None, :], (lam * (d - u))[:, None])
+            room = (spell[:, None] + 1.0) * c - 1.0 - i[None, :]
+            held = np.where(
+                room >= 0, waiting[np.clip(room, 0, len(waiting) - 1).astype(np.int64)], 0.0
+            )
+            part = np.where(x < bound, np.minimum((arrivals * held).sum(axis=1), 1.0), 1.0)
+        else:
+            need = np.cumsum(np.bincount(np.maximum(np.arange(k) - c + 1, 0), weights=admitted))
+            j = np.arange(len(need))
+            served = _poisson_pmf(j[None, :], (c * mu * x)[:, None])
+            part = served @ need + (1.0 - served.sum(axis=1))
+        cdf += weight * part
+    return x, np.clip(cdf, 0.0, 1.0)
+
+
+def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
+    """Response-time quantile of admitted requests behind a queue cap.
+
+    Exponential service: the exact mixture of :func:`_mmck_mix`. A measured service CV up to
+    1: the wait of :func:`_mgck_wait_cdf` plus an independent service, gamma with mean
+    ``1 / mu`` and that CV. The gamma law with the mean and variance of the wait by spells
+    (:func:`_spell_waits`, which a CV past 1 still takes) read the p95 of 4 near-constant
+    servers behind a queue of 8 6% low at 70% load and 12% high at 120%. Against exact
+    simulations of 10^6 requests behind a queue of 2c (c = 1 to 64, 50-120% load;
+    ``bench_calibration.py --capped-law``) this law's p95 reads within -0.4% to +1% at CV
+    0.05 and within 1% at CV 0.5 on 4 to 64 servers, but 3-4% low on one server at CV 0.5
+    (the mixture in ``cv^2``; the mean is within 1% there). Past capacity its mean reads up
+    to 2% high (c = 4 to 16: the states next to the full one are the approximation's).
+    """
+    mu, c, k = p["mu"], p["c"], p["k_sys"]
+    out = np.empty(len(loads))
+    cv = p.get("cv_s")
+    if cv is not None and cv > 1.0:
+        waits, mean, var = _spell_waits(np.asarray(loads, dtype=np.float64), p)
+        return q._queued_gamma_quantile(prob, waits, mean, var, mu, cv)
+    if cv is not None:
+        shape = 1.0 / cv**2
+        for i, lam in enumerate(loads):
+            x, f = _mgck_wait_cdf(float(lam), p)
+            # the wait's mass in each grid step at the step's middle, the atom at 0 at 0
+            at = np.concatenate([[0.0], 0.5 * (x[1:] + x[:-1])])
+            mass = np.diff(f, prepend=0.0)
+            keep = mass > 1e-12
+            at, mass = at[keep], mass[keep]
+            cdf = lambda t, at=at, mass=mass: (  # noqa: E731
+                special.gammainc(shape, shape * mu * np.clip(t[..., None] - at, 0.0, None)) @ mass
+            )
+            out[i] = q.invert_cdf(cdf, prob, 1.0 / mu + x[-1], iters=50)
+        return out
+    for i, lam in enumerate(loads):
+        m, w = _mmck_mix(lam, mu, c, k)
+        cdf = lambda t, m=m, w=w: q.hypoexp_cdf(t[..., None], m, mu, c) @ w  # noqa: E731
+        out[i] = q.invert_cdf(cdf, prob, 1.0 / mu + float(w @ m) / (c * mu))
+    return out
+
+
+def _diffusion_states(lam: np.ndarray, p: dict) -> np.ndarray:
+    """States behind a queue cap for a service CV past 1 (:func:`_spell_waits`).
+
+    The M/M/c/K chain's probabilities below c and of c or more, but from c on a queue whose
+    length falls (or, past capacity, grows) by ``rho^((1 + rho) / (rho + cv^2))`` a place
+    instead of ``rho``: the diffusion approximation's rate ``2 (1 - rho) / (rho + cv^2)`` for
+    a queue fed by Poisson arrivals, in units of the M/M chain's ``2 (1 - rho) / (1 + rho)``.
+    A system of fewer than :data:`_DIFFUSE` places keeps the chain's shape.
+    """
+    lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
+    mu, c, k = p["mu"], p["c"], p["k_sys"]
+    states = q._mmck_states(lam, mu, c, k)
+    cv = p["cv_s"]
+    if k < _DIFFUSE or k <= c:
         return states
     rho = (lam / (c * mu))[:, None]
     log_shape = (1.0 + rho) / (rho + cv**2) * np.log(rho) * np.arange(k - c + 1)[None, :]
@@ -78,62 +313,29 @@ def _mgck_states(lam: np.ndarray, p: dict) -> np.ndarray:
     return out
 
 
-def _mmck_waits(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Behind a queue cap, per arrival rate: how an admitted request waits.
+def _spell_waits(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Behind a queue cap with a service CV past 1, per arrival rate: how an admitted request
+    waits, by whole service spells (the law for every measured CV before the M/D/c/K one of
+    :func:`_mgck_wait_cdf`; unchecked against simulation past CV 1, where it read 2-15% high
+    at CV 1.5, and the mixture in ``cv^2`` carried on past 1 read 5-6% low).
 
     Returns ``(waits, mean, var)``: ``waits[i, n]`` the probability that an admitted request
-    at rate ``lam[i]`` finds n in the system and waits (0 for n < c, served at once), with the
-    states of :func:`_mgck_states`, and the wait's mean and variance given n. It waits for
+    at rate ``lam[i]`` finds n in the system and waits, with the states of
+    :func:`_diffusion_states`, and the wait's mean and variance given n. It waits for
     j = n - c + 1 departures: j - 1 whole service spells of c servers (1 / (c mu), squared CV
-    cv^2 each) and the first departure, the shortest of c residual services. With the servers'
-    phases independent that is ``(c + cv^2) / (c + 1)`` of a spell, squared CV
-    ``(c + 2 cv^2) / (c + 2)``: exact for exponential service (1 and 1), for one server (the
-    residual, ``(1 + cv^2) / 2`` and ``(1 + 2 cv^2) / 3``) and for constant service (the
-    least of c uniforms, ``c / (c + 1)`` and ``c / (c + 2)``). Taken as one server's residual
-    (half a spell where 4 near-constant servers give 4/5), the p95 of c = 4 behind a cap of 8
-    read 10-11% below the exact simulation's at 50-80% load (-4 to -6% now; c = 16 at 90%:
-    -6% to -4%; 100,000 simulated requests; past capacity both read 7-11% high). Near a full
-    buffer the whole spells dominate, which scaling the whole
-    wait by Allen-Cunneen's factor would not respect.
+    cv^2 each) and the first departure, the shortest of c residual services, with the
+    servers' phases independent ``(c + cv^2) / (c + 1)`` of a spell, squared CV
+    ``(c + 2 cv^2) / (c + 2)``.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
-    states = _mgck_states(lam, p)[:, :-1]
+    states = _diffusion_states(lam, p)[:, :-1]
     admitted = states / states.sum(axis=1, keepdims=True)  # PASTA, refused arrivals out
     m = np.maximum(np.arange(k) - c + 1, 0).astype(np.float64)
-    cv2 = p.get("cv_s", 1.0) ** 2
+    cv2 = p["cv_s"] ** 2
     first = (c + cv2) / (c + 1.0)  # the first departure, in spells of 1 / (c mu)
     mean = np.where(m > 0, m - 1.0 + first, 0.0) / (c * mu)
     var = np.where(m > 0, (m - 1.0) * cv2 + first**2 * (c + 2.0 * cv2) / (c + 2.0), 0.0)
     return admitted * (m > 0), mean, var / (c * mu) ** 2
-
-
-def _mmck_wait(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Behind a queue cap: per arrival rate, the probability that an admitted request
-    waits and its mean wait (see :func:`_mmck_waits`)."""
-    waits, mean, _ = _mmck_waits(lam, p)
-    return waits.sum(axis=1), waits @ mean
-
-
-def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
-    """Response-time quantile of admitted requests behind a queue cap.
-
-    Exponential service: the exact mixture of :func:`_mmck_mix`. A measured service CV: the
-    service law, or its sum with the wait of :func:`_mmck_waits` as a gamma law with the
-    mixture's mean and variance (:func:`llmlat.queueing._queued_gamma_quantile`). Past
-    capacity the queue stays near full and the wait near its whole-buffer spells: an
-    exponential wait with that mean put the p95 of 64 near-constant servers behind a queue
-    of 128 at 3.2 s, where they give 1.5 s.
-    """
-    mu, c, k = p["mu"], p["c"], p["k_sys"]
-    if "cv_s" in p:
-        waits, mean, var = _mmck_waits(np.asarray(loads, dtype=np.float64), p)
-        return q._queued_gamma_quantile(prob, waits, mean, var, mu, p["cv_s"])
-    out = np.empty(len(loads))
-    for i, lam in enumerate(loads):
-        m, w = _mmck_mix(lam, mu, c, k)
-        cdf = lambda t, m=m, w=w: q.hypoexp_cdf(t[..., None], m, mu, c) @ w  # noqa: E731
-        out[i] = q.invert_cdf(cdf, prob, 1.0 / mu + float(w @ m) / (c * mu))
-    return out
 
 
 @dataclass(frozen=True)
@@ -299,8 +501,9 @@ class Model:
 
     @staticmethod
     def blocking(p: dict, loads: np.ndarray) -> np.ndarray:
-        """Share of arrivals refused by a queue cap at each open-loop rate (M/M/c/K)."""
-        return q._mmck_states(np.atleast_1d(loads), p["mu"], p["c"], p["k_sys"])[:, -1]
+        """Share of arrivals refused by a queue cap at each open-loop rate (M/M/c/K; with a
+        measured service CV, :func:`_mgck_states`)."""
+        return _mgck_states(np.atleast_1d(loads), p)[:, -1]
 
     def _quantile(self, p: dict, loads: np.ndarray, kind: str, prob: float) -> np.ndarray:
         if kind == "rate" and "k_sys" in p:

@@ -250,15 +250,16 @@ def test_break_truth_is_simulated_where_no_formula_is_exact(bench, monkeypatch):
     assert sim == pytest.approx(stats.gamma.ppf(0.95, 1 / 0.09, scale=0.09 / bench.MU), rel=0.01)
 
 
-def test_capped_quantile_waits_for_the_first_of_c_departures(bench):
-    """Behind a queue cap, near-constant service on 4 servers: the first departure a queued
-    request waits for is the least of 4 residual services (4/5 of a spell), not one server's
-    residual (1/2); with the latter the p95 at 70% load read 11% below the exact simulation."""
+def test_capped_quantile_of_near_constant_service_is_the_simulated_one(bench):
+    """Behind a queue cap, near-constant service on 4 servers at 70% load: the M/D/c/K law
+    (states of the chain one service apart, the wait by Crommelin's count of those ahead)
+    reads the exact simulation's p95 (-5% with the gamma law by spells before it)."""
     lam, p = 0.7 * 4 * bench.MU, {"mu": bench.MU, "c": 4, "k_sys": 12, "cv_s": 0.05}
     sim, batches = bench.simulated_p95("rate", lam, 4, 0.05, 8, 100_000)
     model = float(bench._mmck_quantile(0.95, np.array([lam]), p)[0])
-    assert np.std(batches, ddof=1) / np.sqrt(len(batches)) < 0.012 * sim
-    assert model / sim - 1 == pytest.approx(-0.05, abs=0.03)
+    se = np.std(batches, ddof=1) / np.sqrt(len(batches))
+    assert se < 0.012 * sim
+    assert abs(model - sim) < 0.005 * sim + 3 * se
 
 
 def test_closed_quantile_spreads_the_wait_by_the_servers_phases(bench):
