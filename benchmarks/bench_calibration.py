@@ -102,6 +102,14 @@ OPEN_LOADS = (0.3, 0.6, 0.8, 0.9, 1.2)
 _MMC_FAMILY = {"mm1", "mmc", "closed", "mgc"}
 
 
+#: requests per simulated truth (--truth-requests): the p95's batch-means standard error is
+#: 0.1-0.3% of it; at c = 4 behind a cap, CV 0.05, the 10^6-request target read 0.5% above a
+#: 4 x 10^6-request one (941.5 against 936.8 ms), enough to turn 3 of 20 plans into breaks
+TRUTH_REQUESTS = 1_000_000
+TRUTH_SEED = 7
+_TRUTH_BATCHES = 20
+
+
 @dataclass(frozen=True)
 class Cell:
     """One truth and sweep design."""
@@ -115,6 +123,7 @@ class Cell:
     streamed: bool = True  # batch: the requests carry their inter-token latency
     scale: float = 1.0  # multiplies every level's default length (--scale)
     loads: tuple[float, ...] = OPEN_LOADS  # open levels, as shares of the capacity c * mu
+    truth_requests: int = TRUTH_REQUESTS  # per simulated truth (--truth-requests)
 
     def levels(self) -> list[float]:
         if self.family == "batch":  # powers of two up to twice the slots
@@ -187,12 +196,6 @@ def _family(model: str) -> str:
     return "batch" if model == "batch" else ("mmc" if model in _MMC_FAMILY else "")
 
 
-#: requests per simulated truth: the p95's batch-means standard error is ~0.1% of it
-TRUTH_REQUESTS = 1_000_000
-TRUTH_SEED = 7
-_TRUTH_BATCHES = 20
-
-
 @functools.lru_cache(maxsize=64)
 def simulated_p95(
     kind: str, load: float, c: int, cv: float, cap: int | None, n: int
@@ -259,7 +262,7 @@ def _true_p95(cell: Cell, load: float, kind: str) -> tuple[float, np.ndarray | N
     """The true p95 at a load and its batch p95s: an exact formula for exponential service
     (no batches), else :func:`simulated_p95`."""
     if cell.cv != 1.0:
-        return simulated_p95(kind, load, cell.c, cell.cv, cell.queue_cap, TRUTH_REQUESTS)
+        return simulated_p95(kind, load, cell.c, cell.cv, cell.queue_cap, cell.truth_requests)
     if cell.queue_cap is not None:  # admitted requests behind the cap: M/M/c/K
         p = {"mu": MU, "c": cell.c, "k_sys": cell.c + cell.queue_cap}
         return float(_mmck_quantile(0.95, np.array([load]), p)[0]), None
@@ -675,6 +678,7 @@ def summarise(cell: Cell, rows: list[dict], secs: float) -> dict:
     """The cell's figures over its seeds, with counts and the verdict."""
     keys = sorted({k for r in rows for k in r if k not in ("error", "cover_n", *_PER_SEED)})
     out: dict = {"cell": cell.name, "n": len(rows), "secs": secs}
+    out["truth_requests"] = cell.truth_requests
     for k in keys:
         vals = [r[k] for r in rows if k in r]
         out[k] = float(np.median(vals)) if k.startswith("err_") else float(np.mean(vals))
@@ -760,8 +764,8 @@ def _print(row: dict) -> None:
     if "target_s" in row:
         k, n = row["counts"]["break_sure"]
         print(
-            f"    break truth simulated: {TRUTH_REQUESTS:,} requests per load (seeded, common "
-            f"random numbers); target p95 {1e3 * row['target_s']:.1f} ms, its s.e. "
+            f"    break truth simulated: {row['truth_requests']:,} requests per load (seeded, "
+            f"common random numbers); target p95 {1e3 * row['target_s']:.1f} ms, its s.e. "
             f"{1e3 * row['target_se_s']:.2f} ms; {k}/{n} plans told from the target beyond "
             "2 s.e. of the difference",
             flush=True,
@@ -915,6 +919,12 @@ def main() -> None:
         metavar="N",
         help="only tabulate the capped law's errors against simulations of N requests a point",
     )
+    ap.add_argument(
+        "--truth-requests",
+        type=int,
+        default=TRUTH_REQUESTS,
+        help="requests per simulated truth (CV != 1 cells; default %(default)s)",
+    )
     ap.add_argument("--live", type=int, default=0, help="seeds of the live HTTP set")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
@@ -923,7 +933,10 @@ def main() -> None:
         with ProcessPoolExecutor(args.jobs) as pool:
             capped_law(args.capped_law, pool)
         return
-    cells = [replace(c, scale=args.scale, loads=args.open_loads) for c in _cells()]
+    cells = [
+        replace(c, scale=args.scale, loads=args.open_loads, truth_requests=args.truth_requests)
+        for c in _cells()
+    ]
     names = args.cells or (QUICK if args.quick else [c.name for c in cells])
     unknown = set(names) - {c.name for c in cells}
     if unknown:

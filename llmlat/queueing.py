@@ -633,7 +633,7 @@ def _mgc_wait_mean(lam: np.ndarray, mu: float, c: int, cv_s: float) -> np.ndarra
     return np.where(lam > 0, (1.0 - w) * np.nan_to_num(mdc) + w * mmc, 0.0)
 
 
-def _mdc_queue_mean(a: np.ndarray, c: int) -> np.ndarray:
+def _mdc_queue_mean(a: ArrayLike, c: int) -> np.ndarray:
     """Mean number waiting in an M/D/c queue (a time average), per offered load ``a < c``.
 
     ``sum_k 1 / (1 - z_k) + (a^2 - c (c - 1)) / (2 (c - a))`` over the c - 1 roots ``z_k`` of

@@ -222,15 +222,14 @@ def test_c_verdict(bench, counts, end):
     assert text.startswith(f"exact {counts['c_exact'][0]}/20 (")
 
 
-def test_break_truth_is_simulated_where_no_formula_is_exact(bench, monkeypatch):
+def test_break_truth_is_simulated_where_no_formula_is_exact(bench):
     """The plan's break is judged on an exact simulation for a non-exponential service (the
     M/G/c approximations the fit uses would hide their own bias), and the simulation agrees
     with the exact formulas where they exist: M/M/c, M/M/c/K, and closed N <= c (the service)."""
     from scipy import stats
 
     n = 20_000
-    monkeypatch.setattr(bench, "TRUTH_REQUESTS", n)
-    cells = {c.name: c for c in bench._cells()}
+    cells = {c.name: replace(c, truth_requests=n) for c in bench._cells()}
     for name in ("mmc-open-c4-cv0.05", "mmc-opencap-c4-cv0.05"):
         cell = cells[name]
         target, batches = bench._target(cell)
