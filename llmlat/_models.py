@@ -61,11 +61,6 @@ _GRID = 128
 _MARGIN = 16
 
 
-def _poisson_pmf(i: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """P(Poisson(mean) = i), broadcast; a mean of 0 puts everything on 0."""
-    return np.exp(special.xlogy(i, mean) - mean - special.gammaln(i + 1.0))
-
-
 @functools.cache
 def _blas() -> ThreadpoolController:
     """The BLAS libraries loaded (found once: a look costs milliseconds)."""
@@ -111,7 +106,7 @@ def _mdck_rows(a_all: np.ndarray, tops: list[int], c: int, k: int) -> np.ndarray
     out = np.empty((len(a_all), k + 1))
     for row, (a, top) in enumerate(zip(a_all, tops, strict=True)):
         size = top - c + 1
-        pmf = _poisson_pmf(np.arange(top + 1), a)
+        pmf = q._poisson_pmf(np.arange(top + 1), a)
         # eqs[j, i] = pmf[j - i + c], the chance of moving from i to j waiting: a Toeplitz
         # matrix, read off one padded vector
         diag = np.concatenate([np.zeros(max(size - 1 - c, 0)), pmf[max(c - size + 1, 0) :]])
@@ -234,7 +229,7 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
             u = x - spell * d
             most = int(np.ceil((k - c) / c)) * c
             i = np.arange(max(most, 1))
-            arrivals = _poisson_pmf(i[None, :], (lam * (d - u))[:, None])
+            arrivals = q._poisson_pmf(i[None, :], (lam * (d - u))[:, None])
             room = (spell[:, None] + 1.0) * c - 1.0 - i[None, :]
             held = np.where(
                 room >= 0, waiting[np.clip(room, 0, len(waiting) - 1).astype(np.int64)], 0.0
@@ -243,7 +238,7 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
         else:
             need = np.cumsum(np.bincount(np.maximum(np.arange(k) - c + 1, 0), weights=admitted))
             j = np.arange(len(need))
-            served = _poisson_pmf(j[None, :], (c * mu * x)[:, None])
+            served = q._poisson_pmf(j[None, :], (c * mu * x)[:, None])
             part = served @ need + (1.0 - served.sum(axis=1))
         cdf += weight * part
     return x, np.clip(cdf, 0.0, 1.0)

@@ -547,6 +547,11 @@ def _invert_smooth_cdf(
     return np.where(never, np.inf, 0.5 * (lo + hi))
 
 
+def _poisson_pmf(i: ArrayLike, mean: ArrayLike) -> np.ndarray:
+    """P(Poisson(mean) = i), broadcast; a mean of 0 puts everything on 0."""
+    return np.exp(special.xlogy(i, mean) - mean - special.gammaln(np.asarray(i) + 1.0))
+
+
 @functools.lru_cache(maxsize=256)
 def _mdc_queue(a: float, c: int, states: int | None = None) -> tuple[np.ndarray, float]:
     """Stationary distribution of the number waiting in an M/D/c queue.
@@ -583,7 +588,7 @@ def _mdc_queue(a: float, c: int, states: int | None = None) -> tuple[np.ndarray,
     spread = 8.0 * np.sqrt(a) + 12.0
     m_lo, m_hi = max(int(a - spread), 0), int(a + spread)
     m = np.arange(m_lo, m_hi + 1)
-    arrivals = np.exp(m * np.log(a) - a - special.gammaln(m + 1.0))
+    arrivals = _poisson_pmf(m, a)
     # the tail's decay: x = -log r > 0 solves a (e^x - 1) = c x
     lo = np.log(c / a)
     hi = 2.0 * lo
@@ -673,9 +678,7 @@ def _mdc_wait_tail(x: np.ndarray, a: float, c: int, queue: np.ndarray, r: float)
     k = np.floor(x) + 1.0
     s = a * (k - x)
     m = np.arange(int(a + 8.0 * np.sqrt(a) + 12.0) + 1)
-    with np.errstate(divide="ignore"):
-        log_s = np.log(s)[..., None]
-    arrivals = np.exp(m * log_s - s[..., None] - special.gammaln(m + 1.0))
+    arrivals = _poisson_pmf(m, s[..., None])
     j = k[..., None] * c - 1.0 - m
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         far = queue[-1] * np.exp((j - n + 1.0) * np.log(r)) / (1.0 - r)

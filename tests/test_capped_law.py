@@ -17,7 +17,6 @@ from llmlat._models import (
     _mgck_wait_cdf,
     _mmck_quantile,
     _mmck_wait,
-    _poisson_pmf,
 )
 from llmlat._synth import mgc_sweep
 
@@ -64,7 +63,7 @@ def _dense_mdck(a: float, c: int, k: int) -> np.ndarray:
     top = max(seen + 1 if seen < k else k + min(c, _MARGIN), c + 1)
     size = top - c + 1
     # the same Poisson terms: far past capacity the states are ill-conditioned in them
-    pmf = _poisson_pmf(np.arange(top + 1), a)
+    pmf = queueing._poisson_pmf(np.arange(top + 1), a)
     pois = lambda i: pmf[i] if i >= 0 else 0.0  # noqa: E731
     chain = np.zeros((size, size))
     for y in range(size):
