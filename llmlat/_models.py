@@ -202,10 +202,11 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     """Behind a queue cap: the wait of an admitted request, P(W <= x) on a grid of x.
 
     Exponential service: n found means n - c + 1 departures at rate c mu (Erlang).
-    Constant service D (Crommelin's argument, as Franx 2001 uses for M/D/c): a request waits
-    at most kD + u (0 <= u < D) exactly when those ahead of it at time u + kD number fewer
-    than c, and those ahead of it D - u before its arrival that were waiting then, plus the
-    arrivals since, come to fewer than (k + 1) c; with the time-average states of
+    Constant service D (Crommelin's argument, as Franx 2001 uses for M/D/c, in
+    :func:`llmlat.queueing._mdc_wait_tail`): a request waits at most kD + u (0 <= u < D)
+    exactly when those ahead of it at time u + kD number fewer than c, and those ahead of it
+    D - u before its arrival that were waiting then, plus the arrivals since, come to fewer
+    than (k + 1) c; with the time-average states of
     :func:`_mdck_states` below K. Behind the cap no admitted request waits as long as
     ``ceil((K - c) / c) D``: the law's mass beyond it (arrivals counted that the full system
     refused) is put there. Exact for one server (the M/D/1/K wait is the uncapped one's below
@@ -223,18 +224,10 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     for weight, states, const in parts:
         admitted = states[0, :k] / states[0, :k].sum()
         if const:
-            # weights by the number waiting, cumulated: at most m waiting
-            waiting = np.cumsum(np.bincount(np.maximum(np.arange(k) - c, 0), weights=admitted))
-            spell = np.floor(x / d)
-            u = x - spell * d
-            most = int(np.ceil((k - c) / c)) * c
-            i = np.arange(max(most, 1))
-            arrivals = q._poisson_pmf(i[None, :], (lam * (d - u))[:, None])
-            room = (spell[:, None] + 1.0) * c - 1.0 - i[None, :]
-            held = np.where(
-                room >= 0, waiting[np.clip(room, 0, len(waiting) - 1).astype(np.int64)], 0.0
-            )
-            part = np.where(x < bound, np.minimum((arrivals * held).sum(axis=1), 1.0), 1.0)
+            # the uncapped law's argument on the admitted number waiting, which ends below K
+            waiting = np.bincount(np.maximum(np.arange(k) - c, 0), weights=admitted)
+            tail = q._mdc_wait_tail(x / d, lam * d, c, waiting, 0.0)
+            part = np.where(x < bound, 1.0 - tail, 1.0)
         else:
             need = np.cumsum(np.bincount(np.maximum(np.arange(k) - c + 1, 0), weights=admitted))
             j = np.arange(len(need))

@@ -670,7 +670,8 @@ def _mdc_wait_tail(x: np.ndarray, a: float, c: int, queue: np.ndarray, r: float)
     number at most ``k c - 1``: each D from t' on, c of them start. ``Y(t')`` is stationary
     and independent of ``A'``, so ``P(W > x D) = sum_m P(A' = m) P(Y > k c - 1 - m)``
     (Crommelin 1932; Franx 2001), summed without cancellation; at ``x = 0`` the probability
-    of waiting. ``queue, r`` are :func:`_mdc_queue`'s.
+    of waiting. ``queue, r`` are :func:`_mdc_queue`'s, or a finite law of the number waiting
+    with ``r = 0`` (behind a queue cap, ``llmlat._models._mgck_wait_cdf``).
     """
     n = len(queue) - 1
     above = np.concatenate([np.cumsum(queue[::-1])[::-1][1:], [0.0]])  # P(Y > y), y = 0..n
