@@ -91,12 +91,14 @@ class _Problem:
         self.past_cap = _past_cap(obs, fixed)
         if self.past_cap.any():
             flag = self.past_cap
+        # the levels counted by their throughput (x_over, with its error and offered rate)
         if flag is None or not flag.any():
-            self.x_over = self.se_over = self.lam_over = np.empty(0)
+            self.x_over = self.se_over = self.lam_over = self.level_over = np.empty(0)
         else:
             service = float(self.obs.levels["mean_s"].iloc[0]) if len(self.obs.levels) else 0.0
             self.x_over, self.se_over = _served(obs.levels[flag], fixed.get("cv_s"), service)
             self.lam_over = offered_rate(obs.levels)[flag]
+            self.level_over = obs.levels["level"].to_numpy(dtype=np.float64)[flag]
         if len(self.obs.levels) == 0:
             raise ValueError(
                 "level: every level is overloaded (throughput short of the offered rate); "

@@ -421,15 +421,9 @@ class FitResult:
         pr = self._problem
         if self._model.family != "mmc":
             return 0.0
-        alle = pr.all.levels
-        flag = pr.past_cap
-        if not flag.any():
-            flag = alle["overloaded"].to_numpy(bool) if "overloaded" in alle else flag
-        over = alle["level"].to_numpy(dtype=np.float64)[flag]
-        at = np.flatnonzero(np.isclose(over, top))
-        lv = pr.obs.levels
-        first = lv.iloc[0]
-        if not at.size or len(pr.x_over) != len(over) or not np.isclose(first["level"], light):
+        at = np.flatnonzero(np.isclose(pr.level_over, top))
+        first = pr.obs.levels.iloc[0]
+        if not at.size or not np.isclose(first["level"], light):
             return 0.0
         i = int(at[-1])
         rel_x = pr.se_over[i] / pr.x_over[i]
