@@ -49,7 +49,7 @@ import pandas as pd
 from llmlat._display import compact, to_text
 from llmlat._redact import credential_header, redact
 from llmlat._summary import summarize
-from llmlat.cost import Prices
+from llmlat.cost import check_prices
 from llmlat.results._savepath import (
     attempts_path,
     check_save_path,
@@ -279,8 +279,7 @@ class SweepResult:
     def prices(self) -> dict[str, float] | None:
         """The sweep's token prices (``prices=`` option, from ``meta["load"]``), or None."""
         load = self.meta.get("load")
-        prices = load.get("prices") if isinstance(load, dict) else None
-        return None if prices is None else Prices.coerce(prices).to_dict()
+        return check_prices(load.get("prices")) if isinstance(load, dict) else None
 
     # ------------------------------------------------------------ properties
 
