@@ -1,9 +1,9 @@
 """The open M/G/c response-time law against exact simulation: p95 and p99 relative errors.
 
 For each number of servers c, load (share of capacity) and service CV (gamma service, mean
-1 / MU), an exact FCFS simulation of Poisson arrivals (the Kiefer-Wolfowitz workload vector,
-``--reps`` independent replications advanced together, each started empty and run
-``10 / (1 - sqrt(load))**2`` arrivals before it is measured, about ten relaxation times) gives
+1 / MU), an exact FCFS simulation of Poisson arrivals (``llmlat._synth.fcfs_responses``,
+``--reps`` independent replications advanced together, each started empty and run about ten
+relaxation times, ``10 / (1 - sqrt(load))**2`` arrivals, before it is measured) gives
 the true p95 and p99 with a standard error (over 20 groups of replications). Against it:
 
 - ``before``: the law llmlat used until issue 10u, gamma service plus Erlang C's probability of
@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from llmlat import queueing
+from llmlat._synth import fcfs_responses
 
 MU = 2.0
 PROBS = np.array([0.95, 0.99])
@@ -35,26 +36,9 @@ GROUPS = 20
 
 
 def simulate(lam: float, c: int, cv: float, reps: int, length: int, seed: int) -> np.ndarray:
-    """Response times, ``(length, reps)``: ``reps`` seeded FCFS M/G/c runs after their warm-up."""
-    rng = np.random.default_rng(seed)
-    warm = int(10.0 / (1.0 - np.sqrt(lam / (c * MU))) ** 2)
-    work = np.zeros((reps, c))  # each run's servers' remaining work, sorted
-    out = np.empty((length, reps))
-    shape = 1.0 / cv**2
-    block = 1000
-    for start in range(0, warm + length, block):
-        svc = rng.standard_gamma(shape, (block, reps)) / (shape * MU)
-        gaps = rng.standard_exponential((block, reps)) / lam
-        for i in range(min(block, warm + length - start)):
-            at = start + i - warm
-            if at >= 0:
-                out[at] = work[:, 0] + svc[i]
-            work[:, 0] += svc[i]
-            if c > 1:
-                work.sort(axis=1)
-            work -= gaps[i][:, None]
-            np.maximum(work, 0.0, out=work)
-    return out
+    """Response times, ``(length, reps)``: ``reps`` seeded FCFS M/G/c runs after their warm-up
+    (:func:`llmlat._synth.fcfs_responses`)."""
+    return fcfs_responses(c, MU, cv, reps, length, seed, rate=lam)
 
 
 def before(lam: float, c: int, cv: float) -> np.ndarray:

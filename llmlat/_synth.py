@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -341,6 +342,125 @@ def batch_open_requests(
     return pd.concat(out, ignore_index=True)
 
 
+class Steps(NamedTuple):
+    """What :meth:`FCFS.run` returns: one row per step, one column per replica."""
+
+    sent: np.ndarray  # the request's send (arrival) time
+    start: np.ndarray  # its service start (the send time if refused)
+    end: np.ndarray  # its end (1 ms after the send if refused)
+    worker: np.ndarray  # the closed client that sent it (-1 open)
+    ok: np.ndarray  # admitted (False: refused by the cap)
+
+
+class FCFS:
+    """c first-come-first-served servers in ``reps`` independent replicas, exactly.
+
+    The one M/G/c (/K) recursion of the package's simulations: each step serves one request
+    per replica, the next arrival (open loop) or the request of the client whose next send is
+    earliest (closed loop; ties to the lowest client, as N clients sending at once at time 0),
+    on the server that frees first. With ``cap`` a request that finds ``cap`` waiting (``c +
+    cap`` in the system) is refused: it holds no server, ends ``retry_s`` later, and a closed
+    client then sends again (after its think time). Replicas advance together (vectorised),
+    so many short independent runs cost little more than one; the state carries over from
+    one :meth:`run` to the next, so a long run goes in blocks of draws.
+
+    Parameters
+    ----------
+    c : int
+        Servers.
+    reps : int
+        Independent replicas.
+    cap : int, optional
+        Most requests waiting (not in service).
+    clients : int or array of int, optional
+        Closed loop: clients of each replica (one value for all); absent: open loop.
+    retry_s : float, default 1e-3
+        How long a refused request takes.
+    """
+
+    def __init__(
+        self,
+        c: int,
+        reps: int,
+        *,
+        cap: int | None = None,
+        clients: int | np.ndarray | None = None,
+        retry_s: float = 1e-3,
+    ) -> None:
+        self.free = np.zeros((reps, c))  # each server's free time (unsorted: heap order)
+        # the ends of the admitted requests (a slot per place; -inf is an empty slot)
+        self.held = None if cap is None else np.full((reps, c + cap), -np.inf)
+        self.ready = None
+        if clients is not None:  # each client's next send; absent clients never send
+            n = np.broadcast_to(np.asarray(clients, dtype=np.int64), (reps,))
+            self.ready = np.where(np.arange(n.max()) < n[:, None], 0.0, np.inf)
+        self.retry_s = retry_s
+        self._reps = np.arange(reps)
+
+    def run(
+        self,
+        service: np.ndarray,
+        arrivals: np.ndarray | None = None,
+        think: np.ndarray | None = None,
+    ) -> Steps:
+        """Serve ``len(service)`` more requests in each replica.
+
+        Parameters
+        ----------
+        service : ndarray, shape (n, reps)
+            The step's request's service time (unused if it is refused).
+        arrivals : ndarray, shape (n, reps), optional
+            Open loop: arrival times, increasing down each column.
+        think : ndarray, shape (n, reps), optional
+            Closed loop: the client's wait after this answer (or refusal) before it sends again.
+
+        Returns
+        -------
+        Steps
+        """
+        n = len(service)
+        shape = (n, len(self._reps))
+        sent = np.empty(shape) if arrivals is None else arrivals
+        start, end = np.empty(shape), np.empty(shape)
+        ok = np.ones(shape, dtype=bool)
+        worker = np.full(shape, -1, dtype=np.int64)
+        free, held, ready, rows = self.free, self.held, self.ready, self._reps
+        for i in range(n):
+            if ready is None:
+                t = sent[i]
+            else:
+                w = ready.argmin(axis=1)
+                t = sent[i] = ready[rows, w]
+                worker[i] = w
+            k = free.argmin(axis=1)
+            b = np.maximum(t, free[rows, k])
+            e = b + service[i]
+            if held is None:
+                free[rows, k] = e
+            else:
+                # held holds every admitted request still in the system: one has left (or a
+                # place is empty) iff the earliest end is past
+                slot = held.argmin(axis=1)
+                gone = held[rows, slot]
+                admit = ok[i] = gone <= t
+                free[rows, k] = np.where(admit, e, free[rows, k])
+                held[rows, slot] = np.where(admit, e, gone)
+                b = np.where(admit, b, t)
+                e = np.where(admit, e, t + self.retry_s)
+            start[i], end[i] = b, e
+            if ready is not None:
+                ready[rows, w] = e + (0.0 if think is None else think[i])
+        return Steps(sent, start, end, worker, ok)
+
+
+def _columns(parts: list[np.ndarray], pad: float) -> np.ndarray:
+    """Stack 1-D arrays as the columns of one array, the shorter ones padded with ``pad``."""
+    out = np.full((max(map(len, parts)), len(parts)), pad)
+    for j, part in enumerate(parts):
+        out[: len(part), j] = part
+    return out
+
+
 def _service(rng: np.random.Generator, mu: float, cv_s: float, size: int) -> np.ndarray:
     """Service times of mean 1/mu: exponential for cv 1, else gamma with that CV."""
     if cv_s == 1.0:
@@ -402,55 +522,105 @@ def mgc_sweep(
     from llmlat._loadshapes import default_length
 
     rng = np.random.default_rng(seed)
-    out = []
+    # every level's draws first, in the order of one level after another (the simulation
+    # never draws), then all levels at once as replicas of one engine
+    service, sent, think = [], [], []
     for value in levels:
         reqs, dur = default_length(kind, value)
         reqs, dur = int(length * (reqs or 0)), length * (dur or 0.0)
-        free = [0.0] * c
-        rows = []  # (sent, start, end, worker, ok)
         if kind == "concurrency":
-            ready = [(0.0, w) for w in range(int(value))]
-            svc = _service(rng, mu, cv_s, reqs)
-            think = np.full(reqs, think_s)
+            service.append(_service(rng, mu, cv_s, reqs))
+            think.append(np.full(reqs, think_s))
             if think_s > 0 and think_cv > 0:
-                think = _service(rng, 1.0 / think_s, think_cv, reqs)
-            held: list[float] = []  # accepted requests still in the system
-            for i in range(reqs):
-                t, w = heapq.heappop(ready)
-                while held and held[0] <= t:
-                    heapq.heappop(held)
-                if queue_cap is not None and len(held) - c >= queue_cap:
-                    heapq.heappush(ready, (t + 1e-3 + think[i], w))
-                    rows.append((t, t, t + 1e-3, w, False))
-                    continue
-                f = heapq.heappop(free)
-                e = max(t, f) + svc[i]
-                heapq.heappush(free, e)
-                heapq.heappush(held, e)
-                heapq.heappush(ready, (e + think[i], w))
-                rows.append((t, max(t, f), e, w, True))
+                think[-1] = _service(rng, 1.0 / think_s, think_cv, reqs)
         else:
             arr = np.cumsum(rng.exponential(1 / value, int(3 * value * dur) + 50))
-            arr = arr[arr < dur]
-            svc = _service(rng, mu, cv_s, len(arr))
-            ends: list[float] = []  # accepted requests still in the system
-            for i, a in enumerate(arr):
-                while ends and ends[0] <= a:
-                    heapq.heappop(ends)
-                if queue_cap is not None and len(ends) - c >= queue_cap:
-                    rows.append((a, a, a + 1e-3, -1, False))
-                    continue
-                f = heapq.heappop(free)
-                e = max(a, f) + svc[i]
-                heapq.heappush(free, e)
-                heapq.heappush(ends, e)
-                rows.append((a, max(a, f), e, -1, True))
-        rows.sort()
-        sent, start, end, worker, ok = (np.asarray(x) for x in zip(*rows, strict=True))
-        frame = _frame(value, kind, sent, start, end, [w if w >= 0 else None for w in worker])
-        frame["ok"] = ok.astype(bool)
+            sent.append(arr[arr < dur])
+            service.append(_service(rng, mu, cv_s, len(sent[-1])))
+    sizes = [len(s) for s in service]
+    closed = kind == "concurrency"
+    engine = FCFS(c, len(levels), cap=queue_cap, clients=np.array(levels) if closed else None)
+    steps = engine.run(
+        _columns(service, 0.0),
+        arrivals=None if closed else _columns(sent, np.inf),  # past its end a level idles
+        think=_columns(think, 0.0) if closed else None,
+    )
+    out = []
+    for j, (value, size) in enumerate(zip(levels, sizes, strict=True)):
+        sent_j, start, end, worker, ok = (x[:size, j] for x in steps)
+        order = np.lexsort((ok, worker, end, start, sent_j))  # as the rows' tuples sort
+        sent_j, start, end, worker, ok = (x[order] for x in (sent_j, start, end, worker, ok))
+        frame = _frame(value, kind, sent_j, start, end, [w if w >= 0 else None for w in worker])
+        frame["ok"] = ok
         frame["status"] = pd.array(np.where(ok, 200, 429), dtype="Int64")
         frame["error_kind"] = pd.array([None if o else "rate_limited" for o in ok], dtype="string")
         frame["attempts"] = 1
         out.append(frame)
     return pd.concat(out, ignore_index=True)
+
+
+def _warmup(c: int, rho: float, cap: int | None, clients: int | None) -> int:
+    """Count the steps that take an empty FCFS M/G/c(/K) to steady state: ten relaxations.
+
+    In arrivals, a relaxation time is about 1 / (1 - sqrt(rho))^2 near capacity (M/M/c's
+    spectral gap), at most (cap + 1)^2 / pi^2 behind a cap (a walk over the queue's places),
+    and at least a service time (c rho arrivals); a closed level's N clients: N sends each.
+    """
+    if clients is not None:
+        return 10 * clients
+    relax = 1.0 / (1.0 - np.sqrt(rho)) ** 2 if rho < 1 else np.inf
+    if cap is not None:
+        relax = min(relax, 1.0 + max(rho, 1.0) * (cap + 1) ** 2 / np.pi**2)
+    if not np.isfinite(relax):
+        raise ValueError(f"rate: {rho:.0%} of capacity without a queue cap has no steady state")
+    return int(10 * max(relax, c * rho))
+
+
+def fcfs_responses(
+    c: int,
+    mu: float,
+    cv_s: float,
+    reps: int,
+    length: int,
+    seed: int,
+    *,
+    rate: float | None = None,
+    clients: int | None = None,
+    cap: int | None = None,
+) -> np.ndarray:
+    """Steady-state response times of ``reps`` independent FCFS M/G/c (/K) runs.
+
+    Each run starts empty, serves :func:`_warmup`'s requests unrecorded, then ``length``
+    recorded ones: Poisson arrivals at ``rate`` (open loop, with ``cap`` most waiting), or
+    ``clients`` closed clients sending again at once. Service is gamma with mean ``1 / mu``
+    and CV ``cv_s``. The draws are unit gamma and exponential variates in blocks of 1,000 steps
+    (service, then gaps), so one seed gives every rate and client count the same draws (common
+    random numbers: two loads' quantiles differ by the load, not by the draws).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(length, reps)``, in request order; NaN where the cap refused the request.
+    """
+    if (rate is None) == (clients is None):
+        raise ValueError("fcfs_responses: give one of rate (open) or clients (closed)")
+    rng = np.random.default_rng(seed)
+    warm = _warmup(c, (rate or 0.0) / (c * mu), cap, clients)
+    engine = FCFS(c, reps, cap=cap, clients=clients)
+    shape = 1.0 / cv_s**2
+    out = np.empty((length, reps))
+    last = np.zeros(reps)
+    block = 1000
+    for first in range(0, warm + length, block):
+        n = min(block, warm + length - first)
+        service = rng.standard_gamma(shape, (block, reps))[:n] / (shape * mu)
+        gaps = rng.standard_exponential((block, reps))[:n]
+        arrivals = None
+        if rate is not None:
+            arrivals = last + np.cumsum(gaps / rate, axis=0)
+            last = arrivals[-1]
+        steps = engine.run(service, arrivals)
+        resp = np.where(steps.ok, steps.end - steps.sent, np.nan)
+        skip = min(max(warm - first, 0), n)
+        out[first + skip - warm : first + n - warm] = resp[skip:]
+    return out
