@@ -249,6 +249,26 @@ def test_break_truth_is_simulated_where_no_formula_is_exact(bench):
     assert sim == pytest.approx(stats.gamma.ppf(0.95, 1 / 0.09, scale=0.09 / bench.MU), rel=0.01)
 
 
+def test_a_plans_load_is_judged_paired_against_the_targets(bench):
+    """The plan gets the target simulated long; whether its load breaks it is read on the same
+    draws at the target's load: a rate 0.5% past it breaks, 0.5% short of it does not, both
+    told beyond two standard errors (each p95 alone is about 2% uncertain at this size)."""
+    from types import SimpleNamespace
+
+    cells = {c.name: c for c in bench._cells()}
+    cell = replace(cells["mmc-opencap-c4-cv0.05"], truth_requests=200_000)
+    target, groups = bench._target(cell)
+    lam = 0.7 * cell.c * bench.MU
+    for factor, broken in ((1.005, 1.0), (0.995, 0.0)):
+        wanted = []
+        plan = SimpleNamespace(feasible=True, rate_rps=factor * lam, concurrency=None)
+        res = SimpleNamespace(plan=lambda p95, plan=plan, wanted=wanted: wanted.append(p95) or plan)
+        out = bench._plan_breaks(cell, res)
+        assert wanted == [target]
+        assert (out["break"], out["break_sure"]) == (broken, 1.0)
+    assert out["target_se_s"] == pytest.approx(np.std(groups, ddof=1) / np.sqrt(20))
+
+
 def test_capped_quantile_of_near_constant_service_is_the_simulated_one(bench):
     """Behind a queue cap, near-constant service on 4 servers at 70% load: the M/D/c/K law
     (states of the chain one service apart, the wait by Crommelin's count of those ahead)
