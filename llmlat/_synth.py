@@ -1,13 +1,14 @@
 """Seeded event simulations producing requests tables, for tests and benchmarks.
 
-Independent of the HTTP engine and the provider simulator: an exact M/M/c (FCFS, c servers,
-exponential service) fed by Poisson arrivals or by N clients with exponential think time, and a
+Independent of the HTTP engine and the provider simulator: c FCFS servers (M/M/c, or M/G/c with
+gamma service; a queue cap optional) fed by Poisson arrivals or by N clients with think time,
+all through one engine (:class:`FCFS`, vectorised over independent replicas: a sweep's levels,
+or the many replications of a long steady-state truth, :func:`fcfs_responses`), and a
 continuous-batching server fed by N clients or by Poisson arrivals.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -15,8 +16,11 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "FCFS",
+    "Steps",
     "batch_closed_requests",
     "batch_open_requests",
+    "fcfs_responses",
     "mgc_sweep",
     "mmc_closed_requests",
     "mmc_open_requests",
@@ -80,23 +84,18 @@ def mmc_open_requests(
         A requests table (``level_kind == "rate"``).
     """
     rng = np.random.default_rng(seed)
-    out = []
-    for lam in rates:
-        m = n + warmup
-        arr = np.cumsum(rng.exponential(1 / lam, m))
-        if cv_s == 1.0:
-            svc = rng.exponential(1 / mu, m)
-        else:
-            svc = rng.gamma(1 / cv_s**2, cv_s**2 / mu, m)
-        free = [0.0] * c
-        start = np.empty(m)
-        for i in range(m):
-            f = heapq.heappop(free)
-            start[i] = max(arr[i], f)
-            heapq.heappush(free, start[i] + svc[i])
-        end = start + svc
-        sl = slice(warmup, None)
-        out.append(_frame(lam, "rate", arr[sl], start[sl], end[sl], [None] * n))
+    m = n + warmup
+    arrivals, service = [], []
+    for lam in rates:  # each level's draws in turn, then the levels as replicas of one engine
+        arrivals.append(np.cumsum(rng.exponential(1 / lam, m)))
+        service.append(_service(rng, mu, cv_s, m))
+    arr = np.column_stack(arrivals)
+    steps = FCFS(c, len(rates)).run(np.column_stack(service), arrivals=arr)
+    sl = slice(warmup, None)
+    out = [
+        _frame(lam, "rate", arr[sl, j], steps.start[sl, j], steps.end[sl, j], [None] * n)
+        for j, lam in enumerate(rates)
+    ]
     return pd.concat(out, ignore_index=True)
 
 
@@ -134,25 +133,24 @@ def mmc_closed_requests(
         A requests table (``level_kind == "concurrency"``) with ``worker``.
     """
     rng = np.random.default_rng(seed)
+    m = n + warmup
+    first, service, think = [], [], []
+    for big_n in levels:  # a level draws each client's first think, then service and think
+        if think_s > 0:  # time by turns; drawn ahead, then the levels as replicas
+            draws = rng.exponential(1.0, big_n + 2 * m)
+            first.append(think_s * draws[:big_n])
+            service.append((1 / mu) * draws[big_n::2])
+            think.append(think_s * draws[big_n + 1 :: 2])
+        else:
+            first.append(np.zeros(big_n))
+            service.append(rng.exponential(1 / mu, m))
+            think.append(np.zeros(m))
+    engine = FCFS(c, len(levels), clients=np.array(levels), first_send=_columns(first, np.inf).T)
+    steps = engine.run(np.column_stack(service), think=np.column_stack(think))
     out = []
-    for big_n in levels:
-        m = n + warmup
-        # events: (time, client); a client's next request is scheduled after its think time
-        ready = [(rng.exponential(think_s) if think_s > 0 else 0.0, w) for w in range(big_n)]
-        heapq.heapify(ready)
-        free = [0.0] * c
-        rows: list[tuple[float, float, float, int]] = []
-        while len(rows) < m:  # a row's end is known when it is sent: nothing is censored
-            t, w = heapq.heappop(ready)
-            f = heapq.heappop(free)
-            s = max(t, f)
-            e = s + rng.exponential(1 / mu)
-            heapq.heappush(free, e)
-            rows.append((t, s, e, w))
-            nxt = e + (rng.exponential(think_s) if think_s > 0 else 0.0)
-            heapq.heappush(ready, (nxt, w))
-        rows.sort()
-        out.append(_frame(big_n, "concurrency", *zip(*rows[warmup:m], strict=True)))
+    for j, big_n in enumerate(levels):
+        sent, start, end, worker, _ = (x[warmup:] for x in _sorted_rows(steps, j, m))
+        out.append(_frame(big_n, "concurrency", sent, start, end, worker))
     return pd.concat(out, ignore_index=True)
 
 
@@ -374,6 +372,8 @@ class FCFS:
         Most requests waiting (not in service).
     clients : int or array of int, optional
         Closed loop: clients of each replica (one value for all); absent: open loop.
+    first_send : ndarray, shape (reps, clients), optional
+        Closed loop: each client's first send (default: all at time 0; inf: no such client).
     retry_s : float, default 1e-3
         How long a refused request takes.
     """
@@ -385,6 +385,7 @@ class FCFS:
         *,
         cap: int | None = None,
         clients: int | np.ndarray | None = None,
+        first_send: np.ndarray | None = None,
         retry_s: float = 1e-3,
     ) -> None:
         self.free = np.zeros((reps, c))  # each server's free time (unsorted: heap order)
@@ -394,6 +395,8 @@ class FCFS:
         if clients is not None:  # each client's next send; absent clients never send
             n = np.broadcast_to(np.asarray(clients, dtype=np.int64), (reps,))
             self.ready = np.where(np.arange(n.max()) < n[:, None], 0.0, np.inf)
+            if first_send is not None:
+                self.ready[:] = first_send
         self.retry_s = retry_s
         self._reps = np.arange(reps)
 
@@ -433,8 +436,8 @@ class FCFS:
                 t = sent[i] = ready[rows, w]
                 worker[i] = w
             k = free.argmin(axis=1)
-            b = np.maximum(t, free[rows, k])
-            e = b + service[i]
+            f = free[rows, k]
+            e = np.add(np.maximum(t, f, out=start[i]), service[i], out=end[i])
             if held is None:
                 free[rows, k] = e
             else:
@@ -442,15 +445,23 @@ class FCFS:
                 # place is empty) iff the earliest end is past
                 slot = held.argmin(axis=1)
                 gone = held[rows, slot]
-                admit = ok[i] = gone <= t
-                free[rows, k] = np.where(admit, e, free[rows, k])
+                admit = np.less_equal(gone, t, out=ok[i])
+                free[rows, k] = np.where(admit, e, f)
                 held[rows, slot] = np.where(admit, e, gone)
-                b = np.where(admit, b, t)
-                e = np.where(admit, e, t + self.retry_s)
-            start[i], end[i] = b, e
+                if ready is not None:
+                    e = np.where(admit, e, t + self.retry_s)
             if ready is not None:
-                ready[rows, w] = e + (0.0 if think is None else think[i])
+                ready[rows, w] = e if think is None else e + think[i]
+        if held is not None:  # a refused request ends retry_s after it was sent
+            start = np.where(ok, start, sent)
+            end = np.where(ok, end, sent + self.retry_s)
         return Steps(sent, start, end, worker, ok)
+
+
+def _sorted_rows(steps: Steps, j: int, size: int) -> Steps:
+    """Replica j's first ``size`` steps, sorted as their (sent, start, end, worker, ok) sort."""
+    rows = [x[:size, j] for x in steps]
+    return Steps(*(x[np.lexsort(rows[::-1])] for x in rows))
 
 
 def _columns(parts: list[np.ndarray], pad: float) -> np.ndarray:
@@ -547,9 +558,7 @@ def mgc_sweep(
     )
     out = []
     for j, (value, size) in enumerate(zip(levels, sizes, strict=True)):
-        sent_j, start, end, worker, ok = (x[:size, j] for x in steps)
-        order = np.lexsort((ok, worker, end, start, sent_j))  # as the rows' tuples sort
-        sent_j, start, end, worker, ok = (x[order] for x in (sent_j, start, end, worker, ok))
+        sent_j, start, end, worker, ok = _sorted_rows(steps, j, size)
         frame = _frame(value, kind, sent_j, start, end, [w if w >= 0 else None for w in worker])
         frame["ok"] = ok
         frame["status"] = pd.array(np.where(ok, 200, 429), dtype="Int64")
