@@ -572,14 +572,15 @@ def _warmup(c: int, rho: float, cap: int | None, clients: int | None) -> int:
     """Count the steps that take an empty FCFS M/G/c(/K) to steady state: ten relaxations.
 
     In arrivals, a relaxation time is about 1 / (1 - sqrt(rho))^2 near capacity (M/M/c's
-    spectral gap), at most (cap + 1)^2 / pi^2 behind a cap (a walk over the queue's places),
-    and at least a service time (c rho arrivals); a closed level's N clients: N sends each.
+    spectral gap), at most about (c + cap + 1)^2 / pi^2 behind a cap (a walk over the
+    system's places: M/M/c/K's gap), and at least a service time (c rho arrivals); a closed
+    level's N clients: N sends each.
     """
     if clients is not None:
         return 10 * clients
     relax = 1.0 / (1.0 - np.sqrt(rho)) ** 2 if rho < 1 else np.inf
     if cap is not None:
-        relax = min(relax, 1.0 + max(rho, 1.0) * (cap + 1) ** 2 / np.pi**2)
+        relax = min(relax, 1.0 + max(rho, 1.0) * (c + cap + 1) ** 2 / np.pi**2)
     if not np.isfinite(relax):
         raise ValueError(f"rate: {rho:.0%} of capacity without a queue cap has no steady state")
     return int(10 * max(relax, c * rho))
