@@ -105,7 +105,7 @@ _MMC_FAMILY = {"mm1", "mmc", "closed", "mgc"}
 
 
 #: requests of the simulated target (--truth-requests), in 1,000 independent replications:
-#: its standard error is about 0.1% of it. One path of 10^6 requests (before issue 10C) read
+#: its standard error is 0.01-0.13% of it. One path of 10^6 requests (before issue 10C) read
 #: the target of c = 4 behind a cap, CV 0.05, 0.5% above one of 4 x 10^6 (941.5 against
 #: 936.8 ms), enough to turn 3 of 20 plans into breaks of the truth's noise, not the law's
 TRUTH_REQUESTS = 10_000_000
@@ -128,7 +128,7 @@ class Cell:
     streamed: bool = True  # batch: the requests carry their inter-token latency
     scale: float = 1.0  # multiplies every level's default length (--scale)
     loads: tuple[float, ...] = OPEN_LOADS  # open levels, as shares of the capacity c * mu
-    truth_requests: int = TRUTH_REQUESTS  # per simulated truth (--truth-requests)
+    truth_requests: int = TRUTH_REQUESTS  # of the simulated target (--truth-requests)
 
     def levels(self) -> list[float]:
         if self.family == "batch":  # powers of two up to twice the slots

@@ -3,7 +3,8 @@
 For each number of servers c, load (share of capacity) and service CV (gamma service, mean
 1 / MU), an exact FCFS simulation of Poisson arrivals (``llmlat._synth.fcfs_responses``,
 ``--reps`` independent replications advanced together, each started empty and run about ten
-relaxation times, ``10 / (1 - sqrt(load))**2`` arrivals, before it is measured) gives
+relaxation times before it is measured, ``10 / (1 - sqrt(load))**2`` arrivals or ten service
+times if longer) gives
 the true p95 and p99 with a standard error (over 20 groups of replications). Against it:
 
 - ``before``: the law llmlat used until issue 10u, gamma service plus Erlang C's probability of

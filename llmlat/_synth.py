@@ -388,7 +388,7 @@ class FCFS:
         first_send: np.ndarray | None = None,
         retry_s: float = 1e-3,
     ) -> None:
-        self.free = np.zeros((reps, c))  # each server's free time (unsorted: heap order)
+        self.free = np.zeros((reps, c))  # each server's free time (unsorted)
         # the ends of the admitted requests (a slot per place; -inf is an empty slot)
         self.held = None if cap is None else np.full((reps, c + cap), -np.inf)
         self.ready = None
@@ -604,8 +604,30 @@ def fcfs_responses(
     recorded ones: Poisson arrivals at ``rate`` (open loop, with ``cap`` most waiting), or
     ``clients`` closed clients sending again at once. Service is gamma with mean ``1 / mu``
     and CV ``cv_s``. The draws are unit gamma and exponential variates in blocks of 1,000 steps
-    (service, then gaps), so one seed gives every rate and client count the same draws (common
-    random numbers: two loads' quantiles differ by the load, not by the draws).
+    (service, then gaps), so one seed gives every system the same draws at the same steps
+    (common random numbers: two loads' quantiles differ by the load, hardly by the draws; only
+    the recorded window moves with each load's warm-up).
+
+    Parameters
+    ----------
+    c : int
+        Servers.
+    mu : float
+        Service rate of one server.
+    cv_s : float
+        Service-time coefficient of variation.
+    reps : int
+        Independent runs (replications).
+    length : int
+        Recorded requests per run.
+    seed : int
+        Seed.
+    rate : float, optional
+        Open loop: the arrival rate.
+    clients : int, optional
+        Closed loop: the clients (no think time).
+    cap : int, optional
+        Open loop: most requests waiting; more are refused.
 
     Returns
     -------
