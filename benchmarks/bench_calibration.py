@@ -778,7 +778,7 @@ def _print(row: dict) -> None:
         print(
             f"    break truth simulated (seeded, common random numbers): target p95 "
             f"{1e3 * row['target_s']:.1f} ms from {row['truth_requests']:,} requests, its s.e. "
-            f"{1e3 * row['target_se_s']:.2f} ms ({100 * row['target_se_s'] / row['target_s']:.2f}%"
+            f"{1e3 * row['target_se_s']:.2f} ms ({100 * row['target_se_s'] / row['target_s']:.3f}%"
             f" of it); each plan's load against it on {pair:,} requests, paired; {k}/{n} plans "
             "told from the target beyond 2 s.e. of the difference",
             flush=True,
