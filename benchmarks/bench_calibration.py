@@ -29,11 +29,11 @@ a shrinking batch, as a sweep's closed level does). Each seed is fitted with the
   exact: M/M/c (/K) formulas for CV 1, else an exact simulation (:func:`simulated_p95`,
   seeded, cached per truth and load), not the M/G/c approximations the fit itself uses, which
   would hide their own bias. The target handed to the plan is simulated with 10^7 requests in
-  1,000 independent replications (its standard error, printed relative to it, about 0.1%);
-  whether the plan's load breaks it is read paired (:func:`_plan_breaks`: the plan's load and
-  the target's on the same draws, 10^6 requests each), so neither the target's error nor the
-  comparison's noise turns a plan into a break. ``break_sure``: share of plans whose p95 the
-  simulation tells from the target beyond two standard errors of that comparison
+  1,000 independent replications (its standard error, printed relative to it, 0.004-0.13%);
+  whether the plan's load breaks it is read on 10^6 requests (:func:`_plan_breaks`), open
+  loop paired (the plan's rate and the target's on the same draws), so neither the target's
+  error nor the comparison's noise turns a plan into a break. ``break_sure``: share of plans
+  whose p95 the simulation tells from the target beyond two standard errors of that comparison
 
 Targets (issue 10): c_exact >= 0.9, err <= 5%, cover in [0.90, 0.98], auto >= 0.9, break <= 5%;
 on the integer also c_told >= 0.9, c_exact_after >= 0.9 (with ``--follow``) and c_silent = 0.
@@ -779,8 +779,9 @@ def _print(row: dict) -> None:
             f"    break truth simulated (seeded, common random numbers): target p95 "
             f"{1e3 * row['target_s']:.1f} ms from {row['truth_requests']:,} requests, its s.e. "
             f"{1e3 * row['target_se_s']:.2f} ms ({100 * row['target_se_s'] / row['target_s']:.3f}%"
-            f" of it); each plan's load against it on {pair:,} requests, paired; {k}/{n} plans "
-            "told from the target beyond 2 s.e. of the difference",
+            f" of it); each plan's load judged on {pair:,} requests (open loop: paired with the "
+            f"target's rate on the same draws); {k}/{n} plans told from the target beyond 2 s.e. "
+            "of the difference",
             flush=True,
         )
     if "c_verdict" in row:
