@@ -10,13 +10,16 @@ shows a progress bar, and appends finished rows to disk as it goes when asked to
 Stopping: :meth:`Sweeper.stop` stops new sends and lets in-flight requests finish; cancelling
 the task that runs a sweep also cancels the in-flight requests, awaits them, keeps their rows
 (``error_kind="cancelled"``) and flushes the save file. Ctrl-C in :func:`sweep` does the first,
-then the second after a grace period (or at a second Ctrl-C); :func:`run_sync` is that runner,
-with the signals to take as an argument (``llmlat sweep`` adds SIGTERM).
+then the second after a grace period (or at a second Ctrl-C); :func:`run_sync` is that runner.
+Within :func:`stop_signals` it takes other signals the same way: the ``llmlat`` command runs every
+command so, so SIGTERM stops any sweep it runs (``llmlat sweep``, sharded or not, the demo's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import gc
 import json
@@ -29,7 +32,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +62,7 @@ from llmlat.sim.process import serve_simulator
 if TYPE_CHECKING:  # pandas loads when a result is built, not while measuring
     from llmlat.results import DatasetWriter, SweepResult
 
-__all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "run_sync", "sweep"]
+__all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "run_sync", "stop_signals", "sweep"]
 
 #: What is sent when no payload is given.
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
@@ -67,6 +70,10 @@ DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 _LAG_INTERVAL_S = 0.01  # event-loop lag sampling period
 _FLUSH_INTERVAL_S = 0.2  # finished rows reach the save file within 0.25 s (timer lateness)
 _GRACE_S = 5.0  # after a stop signal, how long requests in flight may take to finish
+# the signals a sweep run from synchronous code takes (stop_signals), and those it received
+_STOP_SIGNALS: contextvars.ContextVar[tuple[tuple[signal.Signals, ...], list[signal.Signals]]] = (
+    contextvars.ContextVar("llmlat_stop_signals")
+)
 _POSTFIX_INTERVAL_S = 0.5  # how often the progress bar's ok rate / p95 are recomputed
 _LEVEL_LABEL = {"concurrency": "N={:g}", "rate": "rate={:g}/s", "trace": "trace x{:g}"}
 
@@ -668,15 +675,14 @@ def sweep(payload: Any = None, config: SweepConfig | None = None, **options: Any
     ValueError
         Naming the first invalid option.
     """
-    return run_sync(Sweeper(payload, config, **options))[0]
+    return run_sync(Sweeper(payload, config, **options))
 
 
-def run_sync(
-    sweeper: Sweeper, signals: tuple[signal.Signals, ...] = (signal.SIGINT,)
-) -> tuple[SweepResult, signal.Signals | None]:
-    """Run a sweep from synchronous code; the first of ``signals`` stops it gracefully.
+def run_sync(sweeper: Sweeper) -> SweepResult:
+    """Run a sweep from synchronous code; a stop signal stops it gracefully.
 
-    A signal is taken only in the main thread and only when its handler is the default one
+    The stop signals are SIGINT (Ctrl-C), or those of the enclosing :func:`stop_signals`. A
+    signal is taken only in the main thread and only when its handler is the default one
     (Python's Ctrl-C handler for SIGINT, the OS's for the others): an ignored signal stays
     ignored (a job started with ``&`` by a shell without job control ignores SIGINT) and a
     handler of the caller's own stays in place. The first signal stops new sends and gives the
@@ -687,28 +693,51 @@ def run_sync(
     ----------
     sweeper : Sweeper
         A sweep not yet run.
-    signals : tuple of signal.Signals, default (SIGINT,)
-        The signals that stop the sweep; ``llmlat sweep`` adds SIGTERM (its process is its own,
-        whereas a script calling :func:`sweep` expects SIGTERM to end it).
 
     Returns
     -------
-    result : SweepResult
+    SweepResult
         One row per request issued; ``meta["interrupted"]`` when cut short.
-    stopped_by : signal.Signals or None
-        The signal that stopped the sweep, if one did.
     """
-    got: list[signal.Signals] = []
+    signals, got = _STOP_SIGNALS.get(((signal.SIGINT,), []))
+    before = len(got)
     try:
         result = _run_fresh_or_nested(sweeper, signals, got)
     except (KeyboardInterrupt, asyncio.CancelledError):
         sweeper.stop()  # in case the sweep runs on in a helper thread
         result = sweeper.result()
         result.meta["interrupted"] = True
-        got = got or [signal.SIGINT]
+        if len(got) == before:  # Ctrl-C through a handler not ours
+            got.append(signal.SIGINT)
     if result.meta.get("interrupted"):
         notice(f"interrupted; returning the {len(result.requests)} requests measured so far")
-    return result, got[0] if got else None
+    return result
+
+
+@contextlib.contextmanager
+def stop_signals(*signals: signal.Signals) -> Iterator[list[signal.Signals]]:
+    """Within the block, a sweep run from synchronous code stops gracefully on ``signals``.
+
+    A script calling :func:`sweep` expects SIGTERM to end it, so a sweep takes only SIGINT by
+    default; a process that is llmlat's own (the ``llmlat`` command) takes SIGTERM too, for
+    every sweep it runs, through this one switch.
+
+    Parameters
+    ----------
+    *signals : signal.Signals
+        The signals that stop a sweep (see :func:`run_sync`).
+
+    Yields
+    ------
+    list of signal.Signals
+        The signals that stopped sweeps within the block, in the order received.
+    """
+    got: list[signal.Signals] = []
+    token = _STOP_SIGNALS.set((signals, got))
+    try:
+        yield got
+    finally:
+        _STOP_SIGNALS.reset(token)
 
 
 def _run_fresh_or_nested(
