@@ -517,6 +517,11 @@ class Client:
     async def preconnect(self, n: int) -> int:
         """Open connections until ``n`` are idle, so the requests that follow find them warm.
 
+        They open at the primary. When it refuses some (it is down) and a refused connect
+        fails over (:class:`Failover`), the requests it cannot take go on to the next target,
+        so that target's are opened too, and so on down the list: with the primary down, the
+        fallback's first requests find warm connections as the primary's would.
+
         Parameters
         ----------
         n : int
@@ -525,11 +530,19 @@ class Client:
         Returns
         -------
         int
-            How many were opened (0 with the aiohttp transport, which opens them per request).
+            How many are idle across the targets (0 with the aiohttp transport, which opens
+            them per request).
         """
         if self._pool is None:
             raise RuntimeError("Client.preconnect: use 'async with Client(...)' first")
-        return await self._pool.preconnect(n)
+        ready = 0
+        for i, pool in enumerate(self._pools):
+            if i and "connection" not in self.failover.kinds:
+                break
+            ready += await pool.preconnect(n - ready)
+            if ready >= n:
+                break
+        return ready
 
     def __repr__(self) -> str:
         return f"Client({self.target!r}, {self.retry!r}, run_id={self.run_id!r})"

@@ -106,6 +106,23 @@ def test_a_timeout_fails_over_within_the_budget(pair):
     assert late["served_by"].isna().all() and (spent.attempts["target"] == 0).all()
 
 
+def test_with_the_primary_down_the_fallback_connections_are_opened_ahead(pair):
+    # the primary accepts no connection: each level's connections open at the fallback before
+    # its clock starts, so no request served there pays a connect (each pays a refused one)
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}"
+    res = llmlat.sweep(
+        "hi", url=[down, pair[1]], model=MODEL, concurrency=[2, 4], requests=8, progress=False
+    )
+    req, att = res.requests, res.attempts
+    assert req["ok"].all() and (req["served_by"] == 1).all()
+    assert (att.loc[att["target"] == 0, "error_kind"] == "connection").all()
+    assert att.loc[att["target"] == 1, "connect_s"].isna().all()  # none connected: warm
+
+
 def test_fallback_options_are_checked():
     cfg = llmlat.SweepConfig(url="http://127.0.0.1:1, http://u:pw@127.0.0.1:2", rate=1)
     assert cfg.urls() == ["http://127.0.0.1:1", "http://u:pw@127.0.0.1:2"]

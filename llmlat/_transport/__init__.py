@@ -56,7 +56,7 @@ class Transport(Protocol):
         """Send one request; fill ``response`` as the answer arrives (see :meth:`Pool.send`)."""
 
     async def preconnect(self, n: int) -> int:
-        """Open connections until ``n`` are idle; return how many were opened."""
+        """Open connections until ``n`` are idle; return how many are idle (fewer: some failed)."""
 
     async def aclose(self) -> None:
         """Close every connection."""

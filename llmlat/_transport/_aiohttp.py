@@ -177,7 +177,7 @@ class AiohttpPool:
             raise ConnectionFailed(f"{type(exc).__name__}: {exc}") from None
 
     async def preconnect(self, n: int) -> int:
-        """Warm nothing: aiohttp opens connections per request (returns 0)."""
+        """Warm nothing: aiohttp opens connections per request (returns 0 idle)."""
         self._get_session()
         return 0
 

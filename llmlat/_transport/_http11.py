@@ -197,7 +197,7 @@ class Pool:
         Returns
         -------
         int
-            How many were opened.
+            How many are idle now: fewer than ``n`` when connects failed.
         """
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -221,7 +221,7 @@ class Pool:
         now = loop.time()  # the clock of their idleness starts when all are open
         for conn in opened:
             self._idle[conn] = now
-        return len(opened)
+        return len(self._idle)
 
     async def aclose(self) -> None:
         """Close every connection."""
