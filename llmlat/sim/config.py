@@ -81,8 +81,9 @@ class SimConfig:
         Most requests waiting for a slot; one more gets a 429. ``None``: unbounded.
     rpm, tpm : float or None
         Requests and tokens (prompt + output) per minute, enforced by token buckets refilled
-        continuously at that rate; a refused request gets a 429 whose ``Retry-After`` (and
-        ``retry-after-ms``) is the time until the bucket holds it.
+        continuously at that rate; a refused request gets a 429 whose ``Retry-After`` (whole
+        seconds, rounded up; on the OpenAI APIs also ``retry-after-ms``, the exact wait, as
+        Azure OpenAI sends it) is the time until the bucket holds it.
     limit_burst_s : float
         Seconds of the ``rpm`` / ``tpm`` limits a bucket holds. 60: a whole minute's allowance,
         so a burst of the full limit passes at once and a short run may never see a 429; 1: the
