@@ -139,10 +139,11 @@ def test_queue_limit_mmc_mode_retry_after_is_the_expected_wait():
 
 
 def test_rpm_bucket():
-    rpm = 60  # one request per second refills
+    rpm = 60  # one request per second refills a bucket of a minute's allowance
+    minute = {"rpm": rpm, "limit_burst_s": 60}
 
     async def go():
-        async with Simulator(preset="instant", rpm=rpm) as sim, aiohttp.ClientSession() as session:
+        async with Simulator(preset="instant", **minute) as sim, aiohttp.ClientSession() as session:
             body = body_for("openai-chat")
             replies = []
             while not replies or replies[-1].status == 200:
@@ -174,9 +175,10 @@ def test_tpm_bucket():
     tpm, max_tokens = 600, 14
     body = body_for("openai-chat", "x" * 24, max_tokens=max_tokens)  # 6 prompt tokens
     cost = 6 + max_tokens
+    minute = {"tpm": tpm, "limit_burst_s": 60}  # a bucket of a minute's allowance
 
     async def go():
-        async with Simulator(preset="instant", tpm=tpm) as sim, aiohttp.ClientSession() as session:
+        async with Simulator(preset="instant", **minute) as sim, aiohttp.ClientSession() as session:
             replies = []
             while not replies or replies[-1].status == 200:
                 replies.append(await call(session, sim.url, "openai-chat", body))
