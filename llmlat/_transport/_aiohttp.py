@@ -176,7 +176,7 @@ class AiohttpPool:
             response.t_end_ns = time.perf_counter_ns()
             raise ConnectionFailed(f"{type(exc).__name__}: {exc}") from None
 
-    async def preconnect(self, n: int) -> int:
+    async def preconnect(self, n: int, timeout_s: float | None = None) -> int:
         """Warm nothing: aiohttp opens connections per request (returns 0 idle)."""
         self._get_session()
         return 0

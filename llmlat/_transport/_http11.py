@@ -186,13 +186,16 @@ class Pool:
             if deadline is not None:
                 del self._deadlines[done]
 
-    async def preconnect(self, n: int) -> int:
+    async def preconnect(self, n: int, timeout_s: float | None = None) -> int:
         """Open connections until ``n`` are idle (failures are left to the requests to meet).
 
         Parameters
         ----------
         n : int
             How many idle connections are wanted.
+        timeout_s : float, optional
+            Limit for each connect, as a request's ``timeout_s`` bounds its own: a host that
+            drops the connects (down behind a firewall) costs that, not the system's minutes.
 
         Returns
         -------
@@ -213,7 +216,8 @@ class Pool:
             while left > 0:
                 left -= 1
                 with contextlib.suppress(Exception):  # left to the requests to meet
-                    opened.append(await self._connect(loop))
+                    async with asyncio.timeout(timeout_s):
+                        opened.append(await self._connect(loop))
 
         # a few hundred at once, not thousands: their tasks' memory would stay in the process,
         # and a burst of thousands of connects can overflow the server's accept queue
