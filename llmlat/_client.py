@@ -519,10 +519,9 @@ class Client:
 
         They open at the primary. When it refuses some or lets them time out (it is down) and
         such a failure fails over (:class:`Failover`), the requests it cannot take go on to the
-        next target,
-        so that target's are opened too, and so on down the list: with the primary down, the
-        fallback's first requests find warm connections as the primary's would. Each connect
-        takes at most the target's ``timeout_s``, as a request's does.
+        next target, so that target's are opened too, and so on down the list: with the primary
+        down, the fallback's first requests find warm connections as the primary's would. Each
+        connect takes at most the target's ``timeout_s``, as a request's does.
 
         Parameters
         ----------

@@ -11,15 +11,14 @@ Stopping: :meth:`Sweeper.stop` stops new sends and lets in-flight requests finis
 the task that runs a sweep also cancels the in-flight requests, awaits them, keeps their rows
 (``error_kind="cancelled"``) and flushes the save file. Ctrl-C in :func:`sweep` does the first,
 then the second after a grace period (or at a second Ctrl-C); :func:`run_sync` is that runner.
-Within :func:`stop_signals` it takes other signals the same way: the ``llmlat`` command runs every
-command so, so SIGTERM stops any sweep it runs (``llmlat sweep``, sharded or not, the demo's).
+Within :func:`~llmlat._loop.stop_signals` it takes other signals the same way: the ``llmlat``
+command runs every command so, so SIGTERM stops any sweep it runs (``llmlat sweep``, sharded or
+not, the demo's).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import dataclasses
 import gc
 import json
@@ -32,7 +31,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +42,7 @@ from llmlat._apis import cacheable_system, make_payload
 from llmlat._client import Client, FailFast, list_models
 from llmlat._fdlimit import ensure_open_files
 from llmlat._loadshapes import LevelPlan
-from llmlat._loop import call_in_loop, loop_factory, run_coroutine
+from llmlat._loop import call_in_loop, loop_factory, run_coroutine, stop_signals_in_force
 from llmlat._notice import notice
 from llmlat._redact import redact_url
 from llmlat._version import __version__
@@ -62,7 +61,7 @@ from llmlat.sim.process import serve_simulator
 if TYPE_CHECKING:  # pandas loads when a result is built, not while measuring
     from llmlat.results import DatasetWriter, SweepResult
 
-__all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "run_sync", "stop_signals", "sweep"]
+__all__ = ["DEFAULT_PROMPT", "Sweeper", "asweep", "run_sync", "sweep"]
 
 #: What is sent when no payload is given.
 DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
@@ -70,10 +69,6 @@ DEFAULT_PROMPT = "Explain in three sentences why the sky is blue."
 _LAG_INTERVAL_S = 0.01  # event-loop lag sampling period
 _FLUSH_INTERVAL_S = 0.2  # finished rows reach the save file within 0.25 s (timer lateness)
 _GRACE_S = 5.0  # after a stop signal, how long requests in flight may take to finish
-# the signals a sweep run from synchronous code takes (stop_signals), and those it received
-_STOP_SIGNALS: contextvars.ContextVar[tuple[tuple[signal.Signals, ...], list[signal.Signals]]] = (
-    contextvars.ContextVar("llmlat_stop_signals")
-)
 _POSTFIX_INTERVAL_S = 0.5  # how often the progress bar's ok rate / p95 are recomputed
 _LEVEL_LABEL = {"concurrency": "N={:g}", "rate": "rate={:g}/s", "trace": "trace x{:g}"}
 
@@ -681,7 +676,8 @@ def sweep(payload: Any = None, config: SweepConfig | None = None, **options: Any
 def run_sync(sweeper: Sweeper) -> SweepResult:
     """Run a sweep from synchronous code; a stop signal stops it gracefully.
 
-    The stop signals are SIGINT (Ctrl-C), or those of the enclosing :func:`stop_signals`. A
+    The stop signals are SIGINT (Ctrl-C), or those of the enclosing
+    :func:`~llmlat._loop.stop_signals`. A
     signal is taken only in the main thread and only when its handler is the default one
     (Python's Ctrl-C handler for SIGINT, the OS's for the others): an ignored signal stays
     ignored (a job started with ``&`` by a shell without job control ignores SIGINT) and a
@@ -699,7 +695,7 @@ def run_sync(sweeper: Sweeper) -> SweepResult:
     SweepResult
         One row per request issued; ``meta["interrupted"]`` when cut short.
     """
-    signals, got = _STOP_SIGNALS.get(((signal.SIGINT,), []))
+    signals, got = stop_signals_in_force()
     before = len(got)
     try:
         result = _run_fresh_or_nested(sweeper, signals, got)
@@ -712,32 +708,6 @@ def run_sync(sweeper: Sweeper) -> SweepResult:
     if result.meta.get("interrupted"):
         notice(f"interrupted; returning the {len(result.requests)} requests measured so far")
     return result
-
-
-@contextlib.contextmanager
-def stop_signals(*signals: signal.Signals) -> Iterator[list[signal.Signals]]:
-    """Within the block, a sweep run from synchronous code stops gracefully on ``signals``.
-
-    A script calling :func:`sweep` expects SIGTERM to end it, so a sweep takes only SIGINT by
-    default; a process that is llmlat's own (the ``llmlat`` command) takes SIGTERM too, for
-    every sweep it runs, through this one switch.
-
-    Parameters
-    ----------
-    *signals : signal.Signals
-        The signals that stop a sweep (see :func:`run_sync`).
-
-    Yields
-    ------
-    list of signal.Signals
-        The signals that stopped sweeps within the block, in the order received.
-    """
-    got: list[signal.Signals] = []
-    token = _STOP_SIGNALS.set((signals, got))
-    try:
-        yield got
-    finally:
-        _STOP_SIGNALS.reset(token)
 
 
 def _run_fresh_or_nested(

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad usage, 3 when a sweep had no successful request, 130 when interrupted, 143 when a
         sweep was stopped by SIGTERM.
     """
-    from llmlat._engine import stop_signals
+    from llmlat._loop import stop_signals  # light: the engine loads only for a sweep
 
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
