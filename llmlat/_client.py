@@ -517,6 +517,12 @@ class Client:
     async def preconnect(self, n: int) -> int:
         """Open connections until ``n`` are idle, so the requests that follow find them warm.
 
+        They open at the primary. When it refuses some or lets them time out (it is down) and
+        such a failure fails over (:class:`Failover`), the requests it cannot take go on to the
+        next target, so that target's are opened too, and so on down the list: with the primary
+        down, the fallback's first requests find warm connections as the primary's would. Each
+        connect takes at most the target's ``timeout_s``, as a request's does.
+
         Parameters
         ----------
         n : int
@@ -525,11 +531,19 @@ class Client:
         Returns
         -------
         int
-            How many were opened (0 with the aiohttp transport, which opens them per request).
+            How many are idle across the targets (0 with the aiohttp transport, which opens
+            them per request).
         """
         if self._pool is None:
             raise RuntimeError("Client.preconnect: use 'async with Client(...)' first")
-        return await self._pool.preconnect(n)
+        ready = 0
+        for i, pool in enumerate(self._pools):
+            if i and not {"connection", "timeout"} & self.failover.kinds:
+                break  # a request the primary cannot connect would not go on either
+            ready += await pool.preconnect(n - ready, self.target.timeout_s)
+            if ready >= n:
+                break
+        return ready
 
     def __repr__(self) -> str:
         return f"Client({self.target!r}, {self.retry!r}, run_id={self.run_id!r})"

@@ -40,8 +40,11 @@ def run_demo(
     quick: bool = False,
     progress: bool = True,
     stream: Any = None,
-) -> Path:
+) -> Path | None:
     """Run the demo study and write its report.
+
+    Ctrl-C (or SIGTERM under the ``llmlat`` command) stops the sweep gracefully, prints what
+    was measured and returns without a fit or a report.
 
     Parameters
     ----------
@@ -67,8 +70,8 @@ def run_demo(
 
     Returns
     -------
-    pathlib.Path
-        The report's ``index.html``.
+    pathlib.Path or None
+        The report's ``index.html``; None when the sweep was interrupted.
     """
     from llmlat._display import compact, to_text
     from llmlat._engine import sweep
@@ -100,6 +103,9 @@ def run_demo(
     say(f"\nMeasured {len(result.requests)} requests in {time.perf_counter() - started:.0f} s.\n")
     summary = result.summary()
     say(to_text(compact(summary)))
+    if result.meta.get("interrupted"):  # Ctrl-C or SIGTERM: stop, as `llmlat sweep` does
+        say("\ninterrupted: the table above is partial; no fit, plan or report")
+        return None
     if p95_s is None:
         lightest = summary.loc[summary["level"].idxmin()]
         p95_s = round(2 * float(lightest["latency_p95_s"]), 2)

@@ -10,8 +10,10 @@ shows a progress bar, and appends finished rows to disk as it goes when asked to
 Stopping: :meth:`Sweeper.stop` stops new sends and lets in-flight requests finish; cancelling
 the task that runs a sweep also cancels the in-flight requests, awaits them, keeps their rows
 (``error_kind="cancelled"``) and flushes the save file. Ctrl-C in :func:`sweep` does the first,
-then the second after a grace period (or at a second Ctrl-C); :func:`run_sync` is that runner,
-with the signals to take as an argument (``llmlat sweep`` adds SIGTERM).
+then the second after a grace period (or at a second Ctrl-C); :func:`run_sync` is that runner.
+Within :func:`~llmlat._loop.stop_signals` it takes other signals the same way: the ``llmlat``
+command runs every command so, so SIGTERM stops any sweep it runs (``llmlat sweep``, sharded or
+not, the demo's).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from llmlat._apis import cacheable_system, make_payload
 from llmlat._client import Client, FailFast, list_models
 from llmlat._fdlimit import ensure_open_files
 from llmlat._loadshapes import LevelPlan
-from llmlat._loop import call_in_loop, loop_factory, run_coroutine
+from llmlat._loop import call_in_loop, loop_factory, run_coroutine, stop_signals_in_force
 from llmlat._notice import notice
 from llmlat._redact import redact_url
 from llmlat._version import __version__
@@ -668,15 +670,15 @@ def sweep(payload: Any = None, config: SweepConfig | None = None, **options: Any
     ValueError
         Naming the first invalid option.
     """
-    return run_sync(Sweeper(payload, config, **options))[0]
+    return run_sync(Sweeper(payload, config, **options))
 
 
-def run_sync(
-    sweeper: Sweeper, signals: tuple[signal.Signals, ...] = (signal.SIGINT,)
-) -> tuple[SweepResult, signal.Signals | None]:
-    """Run a sweep from synchronous code; the first of ``signals`` stops it gracefully.
+def run_sync(sweeper: Sweeper) -> SweepResult:
+    """Run a sweep from synchronous code; a stop signal stops it gracefully.
 
-    A signal is taken only in the main thread and only when its handler is the default one
+    The stop signals are SIGINT (Ctrl-C), or those of the enclosing
+    :func:`~llmlat._loop.stop_signals`. A
+    signal is taken only in the main thread and only when its handler is the default one
     (Python's Ctrl-C handler for SIGINT, the OS's for the others): an ignored signal stays
     ignored (a job started with ``&`` by a shell without job control ignores SIGINT) and a
     handler of the caller's own stays in place. The first signal stops new sends and gives the
@@ -687,28 +689,25 @@ def run_sync(
     ----------
     sweeper : Sweeper
         A sweep not yet run.
-    signals : tuple of signal.Signals, default (SIGINT,)
-        The signals that stop the sweep; ``llmlat sweep`` adds SIGTERM (its process is its own,
-        whereas a script calling :func:`sweep` expects SIGTERM to end it).
 
     Returns
     -------
-    result : SweepResult
+    SweepResult
         One row per request issued; ``meta["interrupted"]`` when cut short.
-    stopped_by : signal.Signals or None
-        The signal that stopped the sweep, if one did.
     """
-    got: list[signal.Signals] = []
+    signals, got = stop_signals_in_force()
+    before = len(got)
     try:
         result = _run_fresh_or_nested(sweeper, signals, got)
     except (KeyboardInterrupt, asyncio.CancelledError):
         sweeper.stop()  # in case the sweep runs on in a helper thread
         result = sweeper.result()
         result.meta["interrupted"] = True
-        got = got or [signal.SIGINT]
+        if len(got) == before:  # Ctrl-C through a handler not ours
+            got.append(signal.SIGINT)
     if result.meta.get("interrupted"):
         notice(f"interrupted; returning the {len(result.requests)} requests measured so far")
-    return result, got[0] if got else None
+    return result
 
 
 def _run_fresh_or_nested(

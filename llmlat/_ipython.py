@@ -227,7 +227,9 @@ def _read_body(cell: str) -> Any:
 def _check_reachable(urls: list[str]) -> None:
     """Raise UsageError when nothing accepts connections at any of ``urls`` (quick TCP connects).
 
-    One reachable URL of a failover list is enough: the others fail over to it.
+    One reachable URL of a failover list is enough: the others fail over to it. ``urls`` are
+    :meth:`SweepConfig.urls <llmlat.config.SweepConfig.urls>`, so each is already an http(s)
+    URL with a host.
     """
     failed = []
     for url in urls:
@@ -236,8 +238,6 @@ def _check_reachable(urls: list[str]) -> None:
             host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError as exc:
             raise UsageError(f"--url: {exc}") from None
-        if parts.scheme not in ("http", "https") or not host:
-            raise UsageError(f"--url: expected http(s)://host[:port], got scheme {parts.scheme!r}")
         try:
             socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S).close()
             return
@@ -425,9 +425,6 @@ class LLMMagics(Magics):
             sim = self.simulator
             options["url"] = sim.url
             options.setdefault("model", sim.config.model)
-        if options.get("url") is not None:  # a fallback may be down, or the primary
-            url = options["url"]
-            _check_reachable([u.strip() for u in url.split(",")] if isinstance(url, str) else url)
         return options
 
     def _sweep(self, payload: Any, args: argparse.Namespace) -> SweepResult:
@@ -439,6 +436,8 @@ class LLMMagics(Magics):
             payload = args.prompt if args.payload is None else _read_payload(args.payload)
         try:
             sweeper = Sweeper(payload, **options)
+            if sweeper.config.url is not None:  # its URL list as SweepConfig reads it
+                _check_reachable(sweeper.config.urls())
             try:
                 result = run_coroutine(sweeper.run())
             except KeyboardInterrupt:

@@ -13,12 +13,16 @@ Ctrl-C in the main thread behaves as in ``asyncio.run``, whatever the case: the 
 cancels the coroutine's task and waits for it to unwind (so its ``finally`` blocks run, cancelled
 requests are awaited, and no "Task was destroyed but it is pending" appears), then
 ``KeyboardInterrupt`` is raised in the caller; a further SIGINT raises it at once.
+
+A sweep run from synchronous code (:func:`llmlat._engine.run_sync`) stops gracefully on the
+signals of :func:`stop_signals`: SIGINT alone outside one, SIGTERM too in the ``llmlat`` command.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib
 import signal
 import sys
@@ -27,7 +31,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from types import ModuleType
 from typing import Any, TypeVar
 
-__all__ = ["call_in_loop", "loop_factory", "run_coroutine"]
+__all__ = ["call_in_loop", "loop_factory", "run_coroutine", "stop_signals", "stop_signals_in_force"]
 
 T = TypeVar("T")
 
@@ -38,6 +42,10 @@ _PATCHERS: tuple[tuple[str, tuple[int, int] | None], ...] = (
     ("nest_asyncio", (3, 14)),
 )
 _reported: set[str] = set()
+# the signals that stop a sweep run from synchronous code (stop_signals), and those received
+_STOP_SIGNALS: contextvars.ContextVar[tuple[tuple[signal.Signals, ...], list[signal.Signals]]] = (
+    contextvars.ContextVar("llmlat_stop_signals")
+)
 _lock = threading.Lock()
 
 
@@ -255,3 +263,42 @@ def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
         if "error" in outcome:
             raise outcome["error"]
     return outcome["value"]
+
+
+@contextlib.contextmanager
+def stop_signals(*signals: signal.Signals) -> Iterator[list[signal.Signals]]:
+    """Within the block, a sweep run from synchronous code stops gracefully on ``signals``.
+
+    A script calling :func:`llmlat.sweep` expects SIGTERM to end it, so a sweep takes only
+    SIGINT by default; a process that is llmlat's own (the ``llmlat`` command) takes SIGTERM
+    too, for every sweep it runs, through this one switch.
+
+    Parameters
+    ----------
+    *signals : signal.Signals
+        The signals that stop a sweep (see :func:`llmlat._engine.run_sync`).
+
+    Yields
+    ------
+    list of signal.Signals
+        The signals that stopped sweeps within the block, in the order received.
+    """
+    got: list[signal.Signals] = []
+    token = _STOP_SIGNALS.set((signals, got))
+    try:
+        yield got
+    finally:
+        _STOP_SIGNALS.reset(token)
+
+
+def stop_signals_in_force() -> tuple[tuple[signal.Signals, ...], list[signal.Signals]]:
+    """Return the signals that stop a sweep here and the list that collects those received.
+
+    Returns
+    -------
+    signals : tuple of signal.Signals
+        Those of the enclosing :func:`stop_signals`, else SIGINT alone.
+    got : list of signal.Signals
+        Where a sweep appends the signal that stopped it (a throwaway list outside a block).
+    """
+    return _STOP_SIGNALS.get(((signal.SIGINT,), []))

@@ -174,8 +174,7 @@ def interrupt_sweep(
 
 
 def _said(err_file) -> int:
-    err_file.seek(0)
-    return err_file.read().count("llmlat: stopping")
+    return _read(err_file).count("llmlat: stopping")
 
 
 def poll(condition, failure: str, timeout_s: float = 60.0) -> None:
@@ -209,6 +208,33 @@ def test_sigterm_stops_a_background_job_that_ignores_ctrl_c(tmp_path):
     assert result.requests["ok"].all()
     assert stderr.count("llmlat: stopping (SIGTERM)") == 1
     assert "SIGTERM again to cancel" in stderr
+
+
+def test_sigterm_stops_the_demo_sweep_as_it_stops_llmlat_sweep(tmp_path):
+    # every command's sweep takes SIGTERM through one switch (cli.main), the demo's included:
+    # the requests in flight finish, the partial table is printed, no fit or report, exit 143
+    out = tmp_path / "report"
+    with open(tmp_path / "err", "w+") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmlat", "demo", "--quick", "--out", str(out)],
+            stdout=subprocess.PIPE, stderr=err_file, text=True,
+        )  # fmt: skip
+        try:  # the progress bar shows once the sweep runs, its stop handler in place
+            poll(lambda: "N=1:" in _read(err_file), "the demo's sweep never got going")
+            proc.send_signal(signal.SIGTERM)
+            stdout, _ = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        stderr = _read(err_file)
+    assert proc.returncode == 143, stderr
+    assert stderr.count("llmlat: stopping (SIGTERM)") == 1 and "Traceback" not in stderr
+    assert "interrupted: the table above is partial" in stdout
+    assert "queueing fit" not in stdout and not out.exists()
+
+
+def _read(err_file) -> str:
+    err_file.seek(0)
+    return err_file.read()
 
 
 def test_second_ctrl_c_cancels_requests_in_flight(tmp_path):

@@ -185,10 +185,10 @@ async def exhaust(sim, n):
 
 
 def test_retry_after_is_honoured_and_the_retry_succeeds():
-    # rpm=30: 30 requests empty the bucket, then one token refills every 2 s (at rpm=120 the
-    # 0.5 s refill raced a busy machine: the bucket refilled before the request was sent)
+    # rpm=30 held as a minute's bucket: 30 requests empty it, then one token refills every 2 s
+    # (at rpm=120 the 0.5 s refill raced a busy machine: it refilled before the request was sent)
     async def go():
-        async with Simulator(preset="instant", rpm=30) as sim:
+        async with Simulator(preset="instant", rpm=30, limit_burst_s=60) as sim:
             await exhaust(sim, 30)
             retry = RetryPolicy(retries=3, backoff_base_s=0.001, backoff_max_s=0.001)
             records, sent, _ = await measure(sim.url, retry=retry)
@@ -211,9 +211,10 @@ def test_retry_after_is_honoured_and_the_retry_succeeds():
 
 
 def test_retries_zero_reports_the_raw_429():
-    # rpm=2: the bucket refills in 30 s, so the request is refused however slow the machine is
+    # rpm=2, a minute's bucket of 2: it refills in 30 s, so the request is refused however slow
+    # the machine is
     async def go():
-        async with Simulator(preset="instant", rpm=2) as sim:
+        async with Simulator(preset="instant", rpm=2, limit_burst_s=60) as sim:
             await exhaust(sim, 2)
             records, sent, _ = await measure(sim.url, retry=RetryPolicy(retries=0))
             return records[0], sent[0]
@@ -226,9 +227,10 @@ def test_retries_zero_reports_the_raw_429():
 
 
 def test_retry_after_is_capped_by_max_retry_wait():
-    # rpm=2: after two requests the hint is 30 s; the cap keeps the wait near 0.1 s
+    # rpm=2, a minute's bucket: after two requests the hint is 30 s; the cap keeps the wait near
+    # 0.1 s
     async def go():
-        async with Simulator(preset="instant", rpm=2) as sim:
+        async with Simulator(preset="instant", rpm=2, limit_burst_s=60) as sim:
             await exhaust(sim, 2)
             retry = RetryPolicy(retries=1, backoff_base_s=0.001, max_retry_wait_s=0.1)
             records, sent, _ = await measure(sim.url, retry=retry)

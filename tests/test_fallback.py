@@ -7,6 +7,8 @@ request is answered, and the queue wait at the primary still shows in p95.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -104,6 +106,52 @@ def test_a_timeout_fails_over_within_the_budget(pair):
     late = spent.requests
     assert (~late["ok"]).all() and (late["error_kind"] == "timeout").all()
     assert late["served_by"].isna().all() and (spent.attempts["target"] == 0).all()
+
+
+def test_with_the_primary_down_the_fallback_connections_are_opened_ahead(pair):
+    # the primary accepts no connection: each level's connections open at the fallback before
+    # its clock starts, so no request served there pays a connect (each pays a refused one)
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}"
+    res = llmlat.sweep(
+        "hi", url=[down, pair[1]], model=MODEL, concurrency=[2, 4], requests=8, progress=False
+    )
+    req, att = res.requests, res.attempts
+    assert req["ok"].all() and (req["served_by"] == 1).all()
+    assert (att.loc[att["target"] == 0, "error_kind"] == "connection").all()
+    assert att.loc[att["target"] == 1, "connect_s"].isna().all()  # none connected: warm
+
+
+def test_a_primary_that_drops_connects_costs_timeout_s_then_the_fallback_is_warmed(pair):
+    # a host down behind a firewall: its connects hang (here a listener that never accepts,
+    # its queue full); each level's preconnect gives up after timeout_s, as a request does,
+    # and opens the fallback's instead of waiting the system's minutes
+    import asyncio
+    import socket
+    import time
+
+    from llmlat._client import Client, Target
+
+    with contextlib.ExitStack() as stack:
+        hole = stack.enter_context(socket.socket())
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(0)
+        for _ in range(4):
+            filler = stack.enter_context(socket.socket())
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(hole.getsockname())
+
+        async def go():
+            target = Target(f"http://127.0.0.1:{hole.getsockname()[1]}", model="m", timeout_s=0.3)
+            client = Client(target, run_id="r", t0_ns=time.perf_counter_ns(), fallbacks=[pair[1]])
+            async with client:
+                return await asyncio.wait_for(client.preconnect(2), 30)  # hung before: minutes
+
+        assert asyncio.run(go()) == 2  # both at the fallback
 
 
 def test_fallback_options_are_checked():

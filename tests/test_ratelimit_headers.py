@@ -32,6 +32,7 @@ SIM = {
     "output_dist": "fixed",
     "rpm": RPM,
     "tpm": TPM,
+    "limit_burst_s": 60,  # a minute's allowance: the budget runs down over the whole sweep
 }
 
 
@@ -173,7 +174,7 @@ def test_refusals_carry_retry_after_and_an_empty_budget():
     result = llmlat.sweep(
         concurrency=4,
         requests=20,
-        simulator={**SIM, "rpm": 6},  # 6 in the bucket, one more every 10 s
+        simulator={**SIM, "rpm": 6},  # 6 in the minute's bucket, one more every 10 s
         simulator_process=False,
         retries=0,
         progress=False,

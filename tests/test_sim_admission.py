@@ -12,9 +12,11 @@ import math
 import re
 
 import aiohttp
+import numpy as np
 import pytest
 from sim_http import body_for, call
 
+import llmlat
 from llmlat.sim import Simulator
 
 pytestmark = pytest.mark.timeout(60)
@@ -38,6 +40,40 @@ def check_429(reply, limit_kinds=("requests",)) -> float:
         assert int(reply.headers[f"x-ratelimit-remaining-{kind}"]) >= 0
         assert RESET.match(reply.headers[f"x-ratelimit-reset-{kind}"])
     return retry
+
+
+@pytest.mark.parametrize("api", ["openai-chat", "anthropic-messages"])
+def test_each_api_says_when_to_retry_as_the_real_one_and_the_client_reads_it(api):
+    # OpenAI's flavour: Retry-After in whole seconds, the exact wait in retry-after-ms (Azure
+    # OpenAI's) and x-ratelimit-*; Anthropic's: Retry-After and anthropic-ratelimit-* alone
+    # a bucket of one request, refilled in 5 s: the later ones are refused on any machine
+    with Simulator(preset="instant", rpm=12, limit_burst_s=5) as sim:
+        res = llmlat.sweep(
+            "hi", url=sim.url, api=api, model="llmlat-sim", concurrency=3, requests=3,
+            warmup=0, retries=0, max_tokens=4, progress=False,
+        )  # fmt: skip
+
+        async def raw():
+            async with aiohttp.ClientSession() as session:
+                return await call(session, sim.url, api, body_for(api, max_tokens=4))
+
+        reply = asyncio.run(raw())
+        truth = sim.truth()
+    assert reply.status == 429
+    names = set(reply.headers)
+    anthropic = api == "anthropic-messages"
+    assert "retry-after" in names and ("retry-after-ms" in names) is not anthropic
+    limits = {
+        f"anthropic-ratelimit-requests-{w}" if anthropic else f"x-ratelimit-{w}-requests"
+        for w in ("limit", "remaining", "reset")
+    }
+    assert {n for n in names if "ratelimit" in n} == limits
+    refused = res.attempts[res.attempts["status"] == 429]
+    assert len(refused) == 2 and (refused["ratelimit_limit_requests"] == 12).all()
+    exact = truth.loc[truth["outcome"] == "rate_limited", "retry_after_s"].iloc[:2].to_numpy()
+    hint = refused["retry_after_s"].to_numpy()
+    # what the client reads: the exact wait where the API says it, else its whole seconds
+    assert hint == pytest.approx(np.ceil(exact) if anthropic else exact, abs=0.001)
 
 
 def test_queue_limit_batch_mode():
@@ -103,10 +139,11 @@ def test_queue_limit_mmc_mode_retry_after_is_the_expected_wait():
 
 
 def test_rpm_bucket():
-    rpm = 60  # one request per second refills
+    rpm = 60  # one request per second refills a bucket of a minute's allowance
+    minute = {"rpm": rpm, "limit_burst_s": 60}
 
     async def go():
-        async with Simulator(preset="instant", rpm=rpm) as sim, aiohttp.ClientSession() as session:
+        async with Simulator(preset="instant", **minute) as sim, aiohttp.ClientSession() as session:
             body = body_for("openai-chat")
             replies = []
             while not replies or replies[-1].status == 200:
@@ -138,9 +175,10 @@ def test_tpm_bucket():
     tpm, max_tokens = 600, 14
     body = body_for("openai-chat", "x" * 24, max_tokens=max_tokens)  # 6 prompt tokens
     cost = 6 + max_tokens
+    minute = {"tpm": tpm, "limit_burst_s": 60}  # a bucket of a minute's allowance
 
     async def go():
-        async with Simulator(preset="instant", tpm=tpm) as sim, aiohttp.ClientSession() as session:
+        async with Simulator(preset="instant", **minute) as sim, aiohttp.ClientSession() as session:
             replies = []
             while not replies or replies[-1].status == 200:
                 replies.append(await call(session, sim.url, "openai-chat", body))

@@ -55,8 +55,9 @@ class Transport(Protocol):
     ) -> None:
         """Send one request; fill ``response`` as the answer arrives (see :meth:`Pool.send`)."""
 
-    async def preconnect(self, n: int) -> int:
-        """Open connections until ``n`` are idle; return how many were opened."""
+    async def preconnect(self, n: int, timeout_s: float | None = None) -> int:
+        """Open connections until ``n`` are idle, each connect within ``timeout_s``; return how
+        many are idle (fewer: some failed)."""
 
     async def aclose(self) -> None:
         """Close every connection."""

@@ -176,8 +176,8 @@ class AiohttpPool:
             response.t_end_ns = time.perf_counter_ns()
             raise ConnectionFailed(f"{type(exc).__name__}: {exc}") from None
 
-    async def preconnect(self, n: int) -> int:
-        """Warm nothing: aiohttp opens connections per request (returns 0)."""
+    async def preconnect(self, n: int, timeout_s: float | None = None) -> int:
+        """Warm nothing: aiohttp opens connections per request (returns 0 idle)."""
         self._get_session()
         return 0
 

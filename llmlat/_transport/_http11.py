@@ -186,18 +186,21 @@ class Pool:
             if deadline is not None:
                 del self._deadlines[done]
 
-    async def preconnect(self, n: int) -> int:
+    async def preconnect(self, n: int, timeout_s: float | None = None) -> int:
         """Open connections until ``n`` are idle (failures are left to the requests to meet).
 
         Parameters
         ----------
         n : int
             How many idle connections are wanted.
+        timeout_s : float, optional
+            Limit for each connect, as a request's ``timeout_s`` bounds its own: a host that
+            drops the connects (down behind a firewall) costs that, not the system's minutes.
 
         Returns
         -------
         int
-            How many were opened.
+            How many are idle now: fewer than ``n`` when connects failed.
         """
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -213,7 +216,8 @@ class Pool:
             while left > 0:
                 left -= 1
                 with contextlib.suppress(Exception):  # left to the requests to meet
-                    opened.append(await self._connect(loop))
+                    async with asyncio.timeout(timeout_s):
+                        opened.append(await self._connect(loop))
 
         # a few hundred at once, not thousands: their tasks' memory would stay in the process,
         # and a burst of thousands of connects can overflow the server's accept queue
@@ -221,7 +225,7 @@ class Pool:
         now = loop.time()  # the clock of their idleness starts when all are open
         for conn in opened:
             self._idle[conn] = now
-        return len(opened)
+        return len(self._idle)
 
     async def aclose(self) -> None:
         """Close every connection."""

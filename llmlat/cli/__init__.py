@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -67,11 +68,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad usage, 3 when a sweep had no successful request, 130 when interrupted, 143 when a
         sweep was stopped by SIGTERM.
     """
+    from llmlat._loop import stop_signals  # light: the engine loads only for a sweep
+
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
     command: OneLineParser = args.command_parser
     if extras:
         command.unknown(extras)
+    # the command owns its process: SIGTERM (`kill`, a CI timeout) stops any sweep it runs as
+    # Ctrl-C does, and a stopped sweep's command exits as the shell counts a signal (130, 143)
+    with stop_signals(signal.SIGINT, signal.SIGTERM) as stopped:
+        code = _run(args, command)
+    return 128 + stopped[0] if stopped else code
+
+
+def _run(args: argparse.Namespace, command: OneLineParser) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import warnings
 from pathlib import Path
@@ -103,14 +102,11 @@ def read_payload(path: Path) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     from llmlat._display import compact, to_text
-    from llmlat._engine import Sweeper, run_sync
+    from llmlat._engine import sweep
 
     warnings.formatwarning = _one_line_warning
     payload = args.prompt if args.payload is None else read_payload(args.payload)
-    # the CLI owns its process: SIGTERM (`kill`, a CI timeout) stops the sweep as Ctrl-C does
-    result, stopped_by = run_sync(
-        Sweeper(payload, **options_from_args(args)), (signal.SIGINT, signal.SIGTERM)
-    )
+    result = sweep(payload, **options_from_args(args))  # main(): SIGTERM stops it as Ctrl-C
     summary = result.summary()
     print(to_text(summary if args.full else compact(summary)))
     warn_client_bound(summary)
@@ -121,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     if result.meta.get("interrupted") and not result.meta.get("stopped_reason"):
         print("interrupted: the results above are partial", file=sys.stderr)
-        return 143 if stopped_by == signal.SIGTERM else 130
+        return 130  # main() says 143 when SIGTERM stopped it
     if not result.requests["ok"].any():  # exit code 3 (EXIT_CODES)
         errors = result.requests["error"].dropna()
         said = f": {errors.iloc[-1]}" if len(errors) else ""

@@ -13,8 +13,9 @@ in front of a model of one provider replica (:class:`SimConfig` holds every opti
 - Admission: a waiting-queue limit (``queue_limit``) and per-minute token buckets (``rpm``,
   ``tpm``; refilled continuously, holding ``limit_burst_s`` seconds of the limit); a refusal
   is a 429 with ``Retry-After`` (a full queue: its length over the service rate, the expected
-  wait for a slot; a bucket: the real time until it holds the tokens) and ``x-ratelimit-*``
-  headers.
+  wait for a slot; a bucket: the real time until it holds the tokens) and the rate-limit
+  headers of the API: OpenAI's ``x-ratelimit-*`` with the exact wait in ``retry-after-ms`` (as
+  Azure OpenAI sends it), Anthropic's ``anthropic-ratelimit-*``.
 - Limits as the providers apply them: a context window (``context_tokens``; longer requests get
   400 ``context_length_exceeded``), a body size limit (``max_body_bytes``; 413), JSON nested too
   deeply (400), and Anthropic requests without ``max_tokens`` (400, as the real API).

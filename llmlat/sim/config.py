@@ -81,13 +81,16 @@ class SimConfig:
         Most requests waiting for a slot; one more gets a 429. ``None``: unbounded.
     rpm, tpm : float or None
         Requests and tokens (prompt + output) per minute, enforced by token buckets refilled
-        continuously at that rate; a refused request gets a 429 whose ``Retry-After`` (and
-        ``retry-after-ms``) is the time until the bucket holds it.
+        continuously at that rate; a refused request gets a 429 whose ``Retry-After`` (whole
+        seconds, rounded up; on the OpenAI APIs also ``retry-after-ms``, the exact wait, as
+        Azure OpenAI sends it) is the time until the bucket holds it.
     limit_burst_s : float
-        Seconds of the ``rpm`` / ``tpm`` limits a bucket holds. 60: a whole minute's allowance,
-        so a burst of the full limit passes at once and a short run may never see a 429; 1: the
-        limit enforced per second, as providers say they may do ("60,000 requests per minute
-        may be enforced as 1,000 requests per second"). A request larger than the bucket is
+        Seconds of the ``rpm`` / ``tpm`` limits a bucket holds. 1 (the default): the limit
+        enforced per second, as OpenAI and Anthropic say they may do ("60,000 requests per
+        minute may be enforced as 1,000 requests per second"), so a load above the limit draws
+        429s within a second; 60: a whole minute's allowance, so a burst of the full limit
+        passes at once and a run shorter than a minute of overload may never see a 429 (10 s
+        levels at 2-4 times an rpm of 600 saw none). A request larger than the bucket is
         admitted when it is full and leaves it in debt.
     p_500, p_503 : float
         Probability that an admitted request is answered at once with that status.
@@ -130,7 +133,7 @@ class SimConfig:
     queue_limit: int | None = _opt(None, "most waiting requests before 429 (none: unbounded)")
     rpm: float | None = _opt(None, "requests per minute bucket (none: off)")
     tpm: float | None = _opt(None, "tokens per minute bucket (none: off)")
-    limit_burst_s: float = _opt(60.0, "seconds of the rpm/tpm limits a bucket holds (burst)")
+    limit_burst_s: float = _opt(1.0, "seconds of the rpm/tpm limits a bucket holds (burst)")
     p_500: float = _opt(0.0, "probability of an immediate 500")
     p_503: float = _opt(0.0, "probability of an immediate 503")
     p_drop: float = _opt(0.0, "probability of a connection dropped mid-response")

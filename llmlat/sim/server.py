@@ -41,11 +41,16 @@ def _json_response(
     return web.Response(status=status, body=body, content_type=_JSON, headers=headers)
 
 
-def _retry_headers(seconds: float) -> dict[str, str]:
-    # Retry-After in whole seconds (RFC 9110's delay-seconds; clients parse it as an integer)
-    # and the exact wait in OpenAI's retry-after-ms, both rounded up so waiting is enough
+def _retry_headers(seconds: float, api: str) -> dict[str, str]:
+    # what each API sends on a 429: Retry-After in whole seconds (RFC 9110's delay-seconds;
+    # OpenAI and Anthropic both send it), rounded up so waiting is enough; the OpenAI flavour
+    # adds the exact wait in retry-after-ms, as Azure OpenAI sends it and OpenAI's SDKs read it;
+    # Anthropic's API has no such header
     ms = max(1, math.ceil(seconds * 1000))
-    return {"Retry-After": str(math.ceil(ms / 1000)), "retry-after-ms": str(ms)}
+    headers = {"Retry-After": str(math.ceil(ms / 1000))}
+    if api != "anthropic-messages":
+        headers["retry-after-ms"] = str(ms)
+    return headers
 
 
 class _Api:
@@ -133,7 +138,7 @@ class _Api:
         if math.isinf(refusal.retry_after_s):  # larger than the whole TPM bucket: never fits
             message = "request too large for the tokens-per-minute limit"
             return self._finish(row, "invalid", _json_response(self.api, 400, message))
-        headers.update(_retry_headers(refusal.retry_after_s))
+        headers.update(_retry_headers(refusal.retry_after_s, self.api))
         if refusal.reason == "queue_full":
             message = "the replica's queue is full, retry later"
         else:
