@@ -708,8 +708,11 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
             ev(int(k))
         return cache
     grid = np.unique(np.round(np.geomspace(lo, hi, 24)).astype(int)) if hi > lo else [lo]
-    for k in grid:
-        ev(int(k))
+    # every integer up to ``below`` lies far below the profile's cut, left unevaluated
+    below = _descend(problem, ev, cache, grid) if "k_sys" in problem.fixed else lo - 1
+    if below < lo:
+        for k in grid:
+            ev(int(k))
     if problem.model.family == "batch" and _unimodal([cache[int(k)][1] for k in grid]):
         _golden(ev, cache)
     while True:
@@ -728,15 +731,52 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
     # interval on the integer
     best = max(cache, key=lambda k: cache[k][1])
     cut = cache[best][1] - problem.profile_drop(cache[best][1])
+
+    def kept(k: int) -> bool:
+        return k > below and ev(k) >= cut
+
     for edge in (lo, hi):
         inside, outside = best, edge
-        if ev(edge) >= cut:
+        if kept(edge):
             continue
         while abs(outside - inside) > 1:
             mid = (inside + outside) // 2
-            inside, outside = (mid, outside) if ev(mid) >= cut else (inside, mid)
+            inside, outside = (mid, outside) if kept(mid) else (inside, mid)
         ev(inside + (1 if edge > best else -1))
     return cache
+
+
+#: :func:`_descend` stops at an integer whose profile log-likelihood lies this far below the
+#: cut of the best so far (at least 20 below it, past the plausible set of ``_fit._PLAUSIBLE``
+#: = 10 too).
+_FAR_BELOW = 20.0
+
+
+def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
+    """Evaluate ``grid`` from the top down, as far as the profile can reach its cut.
+
+    Behind a queue cap with near-constant service each integer costs dense M/D/c/K solves,
+    dearest at the few servers no open sweep near 64 of them leaves plausible (all its
+    levels overloaded: a chain of K + c states). The profile rises to its best and falls
+    after it (:func:`_profile`'s bisection takes it so too), and the cut only rises with the
+    best (:meth:`_Problem.profile_drop`): an integer below one under the best that is
+    :data:`_FAR_BELOW` under the cut is under it too, so :func:`_profile` keeps the same set,
+    best and plausible integers as from the whole grid. Each point gets the warm start it
+    had bottom up: the grid's points more than 2 apart have none (top down), the close ones
+    below them are taken bottom up if the descent reaches them. Returns the largest integer
+    left below the cut, or ``grid[0] - 1`` when the whole grid was evaluated.
+    """
+    close = np.flatnonzero(np.diff(grid) <= 2)
+    sparse = min(int(close[-1]) + 2, len(grid)) if len(close) else 0  # first of the sparse
+    for k in grid[sparse:][::-1]:
+        ev(int(k))
+        best = max(cache, key=lambda j: cache[j][1])
+        top = cache[best][1]
+        if k < best and cache[k][1] < top - problem.profile_drop(top) - _FAR_BELOW:
+            return int(k) - 1
+    for k in grid[:sparse]:
+        ev(int(k))
+    return int(grid[0]) - 1
 
 
 def _unimodal(values: list[float]) -> bool:
