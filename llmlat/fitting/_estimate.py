@@ -693,7 +693,20 @@ def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
 
 
 def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, tuple]:
-    """Maximise over the continuous parameters at each integer; coarse-to-fine search."""
+    """Maximise over the continuous parameters at each integer; coarse-to-fine search.
+
+    Behind a queue cap each integer is dear (a near-constant service's dense M/D/c/K
+    solves: 2-3 s a fit at c = 64 over all of them), so integers that cannot reach the cut
+    nor the plausible set are left out (:func:`_far`): found from the top of the grid down
+    (:func:`_descend`), and in the refining steps outward from the best, each side up to a
+    point under the one inside it and under :func:`_far`'s level. The profile rises to its
+    best and falls after it (the bisection for its edges takes it so too), so none past such
+    a point could be in either set, nor the best or its neighbour: the same best, set and
+    plausible integers as from every point. Each point evaluated keeps the warm start it
+    had: the refining points of one step are 3 or more apart (none another's start), and the
+    cache's order, which decides ties between two neighbours, is kept as a bottom-up search
+    leaves it.
+    """
     cache: dict[int, tuple] = {}
 
     def ev(k: int) -> float:
@@ -708,11 +721,14 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
             ev(int(k))
         return cache
     grid = np.unique(np.round(np.geomspace(lo, hi, 24)).astype(int)) if hi > lo else [lo]
-    # every integer up to ``below`` lies far below the profile's cut, left unevaluated
-    below = _descend(problem, ev, cache, grid) if "k_sys" in problem.fixed else lo - 1
-    if below < lo:
-        for k in grid:
+    capped = "k_sys" in problem.fixed
+    # integers up to ``below`` and from ``beyond`` on lie under _far's level: left out
+    below = _descend(problem, ev, cache, grid) if capped else lo - 1
+    beyond = hi + 1
+    for k in grid:
+        if k > below:
             ev(int(k))
+    _reorder(cache, sorted(cache))
     if problem.model.family == "batch" and _unimodal([cache[int(k)][1] for k in grid]):
         _golden(ev, cache)
     while True:
@@ -725,15 +741,28 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
         if not todo:
             break
         step = max(1, len(todo) // 8)
-        for k in todo[::step]:
-            ev(k)
+        points = todo[::step]
+        if not capped or step < 3:
+            for k in points:
+                ev(k)
+            continue
+        for side in ([k for k in points if k < best][::-1], [k for k in points if k > best]):
+            last = cache[best][1]
+            for k in side:
+                if ev(k) < min(last, _far(problem, cache)):
+                    below, beyond = (
+                        (max(below, k - 1), beyond) if k < best else (below, min(beyond, k + 1))
+                    )
+                    break
+                last = cache[k][1]
+        _reorder(cache, [k for k in points if k in cache])  # as evaluated bottom up
     # the edges of {k: llf(k) >= best - 3}, by bisection (the profile is unimodal), for the
     # interval on the integer
     best = max(cache, key=lambda k: cache[k][1])
     cut = cache[best][1] - problem.profile_drop(cache[best][1])
 
     def kept(k: int) -> bool:
-        return k > below and ev(k) >= cut
+        return (k in cache or below < k < beyond) and ev(k) >= cut
 
     for edge in (lo, hi):
         inside, outside = best, edge
@@ -746,33 +775,44 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
     return cache
 
 
-#: :func:`_descend` stops at an integer whose profile log-likelihood lies this far below the
-#: cut of the best so far (at least 20 below it, past the plausible set of ``_fit._PLAUSIBLE``
-#: = 10 too).
-_FAR_BELOW = 20.0
+def _reorder(cache: dict, keys: list[int]) -> None:
+    """Move ``keys`` of ``cache`` to its end, in that order."""
+    for k in keys:
+        cache[k] = cache.pop(k)
+
+
+#: :func:`_far`'s margin past the cut and the plausible set, for the local optima seen far
+#: from the best (0.2-1 apart in log-likelihood by where the search starts).
+_FAR_BELOW = 5.0
+
+
+def _far(problem: _Problem, cache: dict) -> float:
+    """Return a profile log-likelihood under the cut and the plausible set of ``cache``'s best.
+
+    The plausible set reaches 10 under the best (``_fit._PLAUSIBLE``); :data:`_FAR_BELOW`
+    to spare. Both only rise with the best (:meth:`_Problem.profile_drop`), so what lies
+    under this level now stays under them.
+    """
+    top = max(v[1] for v in cache.values())
+    return top - max(problem.profile_drop(top), 10.0) - _FAR_BELOW
 
 
 def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
-    """Evaluate ``grid`` from the top down, as far as the profile can reach its cut.
+    """Evaluate ``grid`` from the top down while the profile can reach :func:`_far`'s level.
 
-    Behind a queue cap with near-constant service each integer costs dense M/D/c/K solves,
-    dearest at the few servers no open sweep near 64 of them leaves plausible (all its
-    levels overloaded: a chain of K + c states). The profile rises to its best and falls
-    after it (:func:`_profile`'s bisection takes it so too), and the cut only rises with the
-    best (:meth:`_Problem.profile_drop`): an integer below one under the best that is
-    :data:`_FAR_BELOW` under the cut is under it too, so :func:`_profile` keeps the same set,
-    best and plausible integers as from the whole grid. Each point gets the warm start it
-    had bottom up: the grid's points more than 2 apart have none (top down), the close ones
-    below them are taken bottom up if the descent reaches them. Returns the largest integer
-    left below the cut, or ``grid[0] - 1`` when the whole grid was evaluated.
+    Returns the largest integer left under it (``grid[0] - 1``: none).
+
+    The profile's dearest integers behind a cap are the few servers: a sweep's levels all
+    overloaded, each a chain of K + c states. The grid's points more than 2 apart have no
+    warm start either way; the close ones below them are taken bottom up if the descent
+    reaches them.
     """
     close = np.flatnonzero(np.diff(grid) <= 2)
     sparse = min(int(close[-1]) + 2, len(grid)) if len(close) else 0  # first of the sparse
     for k in grid[sparse:][::-1]:
         ev(int(k))
         best = max(cache, key=lambda j: cache[j][1])
-        top = cache[best][1]
-        if k < best and cache[k][1] < top - problem.profile_drop(top) - _FAR_BELOW:
+        if k < best and cache[k][1] < _far(problem, cache):
             return int(k) - 1
     for k in grid[:sparse]:
         ev(int(k))
