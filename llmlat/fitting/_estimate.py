@@ -746,15 +746,20 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
             for k in points:
                 ev(k)
             continue
-        for side in ([k for k in points if k < best][::-1], [k for k in points if k > best]):
-            last = cache[best][1]
-            for k in side:
-                if ev(k) < min(last, _far(problem, cache)):
-                    below, beyond = (
-                        (max(below, k - 1), beyond) if k < best else (below, min(beyond, k + 1))
-                    )
-                    break
-                last = cache[k][1]
+        # nearest first, the two sides in turn: the best rises soonest, and _far with it
+        last: dict[int, float | None] = {-1: cache[best][1], 1: cache[best][1]}
+        for k in sorted(points, key=lambda j: (abs(j - best), j)):
+            side = 1 if k > best else -1
+            inner = last[side]
+            if inner is None:
+                continue  # past where this side stopped
+            if ev(k) < min(inner, _far(problem, cache)):
+                last[side] = None
+                below, beyond = (
+                    (below, min(beyond, k + 1)) if side > 0 else (max(below, k - 1), beyond)
+                )
+            else:
+                last[side] = cache[k][1]
         _reorder(cache, [k for k in points if k in cache])  # as evaluated bottom up
     # the edges of {k: llf(k) >= best - 3}, by bisection (the profile is unimodal), for the
     # interval on the integer
