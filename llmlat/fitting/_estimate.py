@@ -720,7 +720,7 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
         for k in candidates:
             ev(int(k))
         return cache
-    grid = np.unique(np.round(np.geomspace(lo, hi, 24)).astype(int)) if hi > lo else [lo]
+    grid = np.unique(np.round(np.geomspace(lo, hi, 24)).astype(int)) if hi > lo else np.array([lo])
     capped = "k_sys" in problem.fixed
     # integers up to ``below`` and from ``beyond`` on lie under _far's level: left out
     below = _descend(problem, ev, cache, grid) if capped else lo - 1
