@@ -786,6 +786,10 @@ def _reorder(cache: dict, keys: list[int]) -> None:
         cache[k] = cache.pop(k)
 
 
+#: Integers whose profile log-likelihood is within this of the best are plausible enough to
+#: set a correlation floor (the bootstrap's set, :meth:`FitResult.conf_int`).
+_PLAUSIBLE = 10.0
+
 #: :func:`_far`'s margin past the cut and the plausible set, for the local optima seen far
 #: from the best (0.2-1 apart in log-likelihood by where the search starts).
 _FAR_BELOW = 5.0
@@ -794,12 +798,12 @@ _FAR_BELOW = 5.0
 def _far(problem: _Problem, cache: dict) -> float:
     """Return a profile log-likelihood under the cut and the plausible set of ``cache``'s best.
 
-    The plausible set reaches 10 under the best (``_fit._PLAUSIBLE``); :data:`_FAR_BELOW`
-    to spare. Both only rise with the best (:meth:`_Problem.profile_drop`), so what lies
+    The plausible set reaches :data:`_PLAUSIBLE` under the best; :data:`_FAR_BELOW` to
+    spare. Both only rise with the best (:meth:`_Problem.profile_drop`), so what lies
     under this level now stays under them.
     """
     top = max(v[1] for v in cache.values())
-    return top - max(problem.profile_drop(top), 10.0) - _FAR_BELOW
+    return top - max(problem.profile_drop(top), _PLAUSIBLE) - _FAR_BELOW
 
 
 def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
