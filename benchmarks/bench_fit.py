@@ -55,9 +55,10 @@ def bench_fits(rows: int) -> None:
 def bench_typical() -> None:
     """Typical %llmfit sweeps at llmlat's default lengths (targets 1 s, 3 s): 10 closed levels,
     5 open rates behind a queue cap (M/M/c/K, c = 16, 32 waiting places) with exponential and
-    with near-constant service (CV 0.05, a llama.cpp server's), and the same rates without a
-    cap on near-constant servers (M/G/c); and each mmc fit's ``plan(p95=0.6)`` (services of
-    0.5 s)."""
+    with near-constant service (CV 0.05, a llama.cpp server's), the same rates without a
+    cap on near-constant servers (M/G/c), and near-constant service on 64 servers behind 128
+    places (the dearest capped law: M/D/c/K chains of up to K + 16 states); and each mmc
+    fit's ``plan(p95=0.6)`` (services of 0.5 s)."""
     rates = [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
     sweeps = [
         ("closed", mgc_sweep("concurrency", [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], MU, 16, seed=3)),
@@ -66,6 +67,10 @@ def bench_typical() -> None:
             for name, cv in (("opencap", 1.0), ("capcv.05", 0.05))
         ),
         ("open", mgc_sweep("rate", rates, MU, 16, cv_s=0.05)),
+        (
+            "c64cv.05",
+            mgc_sweep("rate", [4 * r for r in rates], MU, 64, cv_s=0.05, queue_cap=128, seed=5),
+        ),
     ]
     for name, data in sweeps:
         base, _ = timed(lambda d=data: summarize(d))
@@ -111,6 +116,7 @@ def bench_erlang() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 1_000_000])
+    parser.add_argument("--typical", action="store_true", help="the typical sweeps only")
     args = parser.parse_args()
     warm = mmc_closed_requests(CLOSED_LEVELS, MU, C, n=200, seed=0)
     for model in ("mm1", "mmc", "closed", "batch"):
@@ -118,6 +124,8 @@ def main() -> None:
     llmlat.fit(mgc_sweep("rate", [1.0, 2.0, 3.0], MU, 2, queue_cap=4, seed=1), model="mmc")
     print("typical sweep")
     bench_typical()
+    if args.typical:
+        return
     print("public table")
     bench_public()
     for rows in args.rows:

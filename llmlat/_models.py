@@ -102,18 +102,30 @@ def _mdck_cached(key: bytes, mu: float, c: int, k: int) -> np.ndarray:
 
 def _mdck_rows(a_all: np.ndarray, tops: list[int], c: int, k: int) -> np.ndarray:
     """:func:`_mdck_cached`'s states, one row per offered load ``a_all`` (busy servers) on
-    a chain truncated at ``tops`` in the system."""
+    a chain truncated at ``tops`` in the system.
+
+    The dense solve is most of a capped fit's time at many servers: what surrounds it is
+    drawn for all the loads at once (each element as one row alone would draw it).
+    """
     out = np.empty((len(a_all), k + 1))
+    pmfs = q._poisson_pmf(np.arange(max(tops) + 1), a_all[:, None])
+    served = np.arange(c + 1)
+    all_served = special.pdtr(c - served, a_all[:, None])
+    servers = np.minimum(np.arange(k), c)
     for row, (a, top) in enumerate(zip(a_all, tops, strict=True)):
         size = top - c + 1
-        pmf = q._poisson_pmf(np.arange(top + 1), a)
+        pmf = pmfs[row, : top + 1]
         # eqs[j, i] = pmf[j - i + c], the chance of moving from i to j waiting: a Toeplitz
-        # matrix, read off one padded vector
+        # matrix, read off one padded vector (2 size - 1 long) as diag[size - 1 + j - i]
         diag = np.concatenate([np.zeros(max(size - 1 - c, 0)), pmf[max(c - size + 1, 0) :]])
-        eqs = np.lib.stride_tricks.sliding_window_view(diag, size)[:, ::-1] - np.eye(size)
-        served = np.arange(min(c, size - 1) + 1)
+        step = diag.strides[0]
+        eqs = np.lib.stride_tricks.as_strided(
+            diag[size - 1 :], shape=(size, size), strides=(step, -step), writeable=False
+        ).copy()
+        eqs.flat[:: size + 1] -= 1.0
         eqs[0] = 0.0
-        eqs[0, served] = special.pdtr(c - served, a)  # all served
+        first = min(c, size - 1) + 1
+        eqs[0, :first] = all_served[row, :first]  # all served
         eqs[0, 0] -= 1.0
         eqs[-1] = 1.0  # the top keeps any more: its balance is implied; sum to 1 instead
         rhs = np.zeros(size)
@@ -121,11 +133,12 @@ def _mdck_rows(a_all: np.ndarray, tops: list[int], c: int, k: int) -> np.ndarray
         waiting = np.clip(np.linalg.solve(eqs, rhs), 0.0, None)
         shape = np.zeros(k)
         # in the system: the waiting plus the arrivals since
-        shape[: min(top, k)] = np.convolve(pmf, waiting)[: min(top, k)]
+        kept = min(top, k)
+        shape[:kept] = np.convolve(pmf, waiting)[:kept]
         if shape.sum() <= 0.0:  # far past capacity: admitted into the last place
-            shape[min(top, k) - 1] = 1.0
+            shape[kept - 1] = 1.0
         shape /= shape.sum()
-        busy = np.minimum(np.arange(k), c) @ shape
+        busy = servers @ shape
         full = np.clip((a - busy) / (c + a - busy), 0.0, 1.0)
         out[row, :k] = (1.0 - full) * shape
         out[row, k] = full

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from math import exp, factorial
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from llmlat._models import (
     _mmck_wait,
 )
 from llmlat._synth import mgc_sweep
+from llmlat.fitting import _estimate
 
 MU = 2.0
 
@@ -153,3 +155,78 @@ def test_a_plan_behind_a_cap_says_where_the_law_reads_low():
         notes[cv] = llmlat.fit(data, model="mmc").plan(p95=1.5).note
     assert "reads up to 4% low on one server" in notes[0.5]
     assert "reads" not in notes[0.05] and "approximation" not in notes[0.05]
+
+
+@pytest.mark.parametrize("c, k", [(1, 3), (4, 12), (16, 48)])
+def test_the_refused_counts_inflation_is_the_chains_deviation_matrix(c, k):
+    # the flows across each cut of the birth-death chain give what the deviation matrix gives
+    lam = np.array([0.3, 0.9, 1.2, 3.0]) * c * MU
+    n = np.arange(k + 1)
+    for rate, vif in zip(lam, queueing._mmck_refusal_vif(lam, MU, c, k), strict=True):
+        pi = queueing._mmck_states(np.array([rate]), MU, c, k)[0]
+        gen = np.diag(np.full(k, rate), 1) + np.diag(MU * np.minimum(n[1:], c), -1)
+        gen -= np.diag(gen.sum(axis=1))
+        f = np.where(n == k, rate, 0.0) - rate * pi[-1]
+        g = np.linalg.solve(np.outer(np.ones(k + 1), pi) - gen, f)
+        p = pi[-1]
+        assert vif == pytest.approx((rate * p + 2 * pi @ (f * g)) / (rate * p * (1 - p)), rel=1e-9)
+
+
+def test_the_capped_profile_leaves_out_only_integers_far_under_its_sets(monkeypatch):
+    # 32 near-constant servers behind 64 places: the profile over c taken from the top down
+    # and outward from its best keeps every integer of the 99% set and the plausible set of
+    # a search through every point, with the same values
+    rates = [f * 32 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    data = mgc_sweep("rate", rates, MU, 32, cv_s=0.05, queue_cap=64, seed=7)
+    problem = llmlat.fit(data, model="mmc")._problem
+    lo, hi = problem.model.int_range(problem.obs)
+    narrow = _estimate._profile(problem, lo, hi)
+    monkeypatch.setattr(_estimate, "_far", lambda problem, cache: -np.inf)
+    full = _estimate._profile(problem, lo, hi)
+    assert set(narrow) < set(full)
+    assert all(narrow[k][1] == full[k][1] for k in narrow)
+    best = max(v[1] for v in full.values())
+    level = best - max(problem.profile_drop(best), 10.0)
+    assert {k for k, v in narrow.items() if v[1] >= level} == {
+        k for k, v in full.items() if v[1] >= level
+    }
+    assert max(full[k][1] for k in set(full) - set(narrow)) < level - _estimate._FAR_BELOW
+
+
+def test_the_capped_profile_keeps_the_sets_and_the_warm_starts():
+    # profiles of known shape over c = 1..192 (peaks across it, sharp to flat), searched as
+    # behind a cap and as without one (every grid point, bottom up): what the first evaluates
+    # it evaluates from the same warm start (a tie between two neighbours included), and it
+    # leaves out only integers under the 99% set and the plausible one (10 under the best)
+    def run(fixed, peak, width):
+        starts: dict[int, object] = {}
+
+        def optimise(k, start=None):
+            starts[k] = None if start is None else float(start[0])
+            return np.array([float(k)]), -width * (k - peak) ** 2 - 0.01 * k
+
+        problem = SimpleNamespace(
+            fixed=fixed,
+            model=SimpleNamespace(family="mmc"),
+            optimise=optimise,
+            profile_drop=lambda best: 3.0,
+        )
+        return _estimate._profile(problem, 1, 192), starts
+
+    left_out = 0
+    for peak in range(1, 192, 4):
+        for width in (0.01, 0.05, 0.3):
+            narrow, narrow_starts = run({"k_sys": 192}, peak, width)
+            full, full_starts = run({}, peak, width)
+            assert set(narrow) <= set(full)
+            assert {k: narrow_starts[k] for k in narrow} == {k: full_starts[k] for k in narrow}
+            best = max(v[1] for v in full.values())
+            for level in (best - 3.0, best - 10.0):
+                assert {k for k, v in narrow.items() if v[1] >= level} == {
+                    k for k, v in full.items() if v[1] >= level
+                }
+            out = set(full) - set(narrow)
+            left_out += len(out)
+            far = best - _estimate._PLAUSIBLE - _estimate._FAR_BELOW
+            assert max((full[k][1] for k in out), default=-np.inf) < far
+    assert left_out > 500  # the narrowing is exercised

@@ -693,7 +693,20 @@ def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
 
 
 def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, tuple]:
-    """Maximise over the continuous parameters at each integer; coarse-to-fine search."""
+    """Maximise over the continuous parameters at each integer; coarse-to-fine search.
+
+    Behind a queue cap each integer is dear (a near-constant service's dense M/D/c/K
+    solves: 2-3 s a fit at c = 64 over all of them), so integers that cannot reach the cut
+    nor the plausible set are left out (:func:`_far`): found from the top of the grid down
+    (:func:`_descend`), and in the refining steps outward from the best, each side up to a
+    point under the one inside it and under :func:`_far`'s level. The profile rises to its
+    best and falls after it (the bisection for its edges takes it so too), so none past such
+    a point could be in either set, nor the best or its neighbour: the same best, set and
+    plausible integers as from every point. Each point evaluated keeps the warm start it
+    had: the refining points of one step are 3 or more apart (none another's start), and the
+    cache's order, which decides ties between two neighbours, is kept as a bottom-up search
+    leaves it.
+    """
     cache: dict[int, tuple] = {}
 
     def ev(k: int) -> float:
@@ -707,9 +720,15 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
         for k in candidates:
             ev(int(k))
         return cache
-    grid = np.unique(np.round(np.geomspace(lo, hi, 24)).astype(int)) if hi > lo else [lo]
+    grid = np.unique(np.round(np.geomspace(lo, hi, 24)).astype(int)) if hi > lo else np.array([lo])
+    capped = "k_sys" in problem.fixed
+    # integers up to ``below`` and from ``beyond`` on lie under _far's level: left out
+    below = _descend(problem, ev, cache, grid) if capped else lo - 1
+    beyond = hi + 1
     for k in grid:
-        ev(int(k))
+        if k > below:
+            ev(int(k))
+    _reorder(cache, sorted(cache))
     if problem.model.family == "batch" and _unimodal([cache[int(k)][1] for k in grid]):
         _golden(ev, cache)
     while True:
@@ -722,21 +741,91 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
         if not todo:
             break
         step = max(1, len(todo) // 8)
-        for k in todo[::step]:
-            ev(k)
+        points = todo[::step]
+        if not capped or step < 3:
+            for k in points:
+                ev(k)
+            continue
+        # nearest first, the two sides in turn: the best rises soonest, and _far with it
+        last: dict[int, float | None] = {-1: cache[best][1], 1: cache[best][1]}
+        for k in sorted(points, key=lambda j: (abs(j - best), j)):
+            side = 1 if k > best else -1
+            inner = last[side]
+            if inner is None:
+                continue  # past where this side stopped
+            if ev(k) < min(inner, _far(problem, cache)):
+                last[side] = None
+                below, beyond = (
+                    (below, min(beyond, k + 1)) if side > 0 else (max(below, k - 1), beyond)
+                )
+            else:
+                last[side] = cache[k][1]
+        _reorder(cache, [k for k in points if k in cache])  # as evaluated bottom up
     # the edges of {k: llf(k) >= best - 3}, by bisection (the profile is unimodal), for the
     # interval on the integer
     best = max(cache, key=lambda k: cache[k][1])
     cut = cache[best][1] - problem.profile_drop(cache[best][1])
+
+    def kept(k: int) -> bool:
+        return (k in cache or below < k < beyond) and ev(k) >= cut
+
     for edge in (lo, hi):
         inside, outside = best, edge
-        if ev(edge) >= cut:
+        if kept(edge):
             continue
         while abs(outside - inside) > 1:
             mid = (inside + outside) // 2
-            inside, outside = (mid, outside) if ev(mid) >= cut else (inside, mid)
+            inside, outside = (mid, outside) if kept(mid) else (inside, mid)
         ev(inside + (1 if edge > best else -1))
     return cache
+
+
+def _reorder(cache: dict, keys: list[int]) -> None:
+    """Move ``keys`` of ``cache`` to its end, in that order."""
+    for k in keys:
+        cache[k] = cache.pop(k)
+
+
+#: Integers whose profile log-likelihood is within this of the best are plausible enough to
+#: set a correlation floor (the bootstrap's set, :meth:`FitResult.conf_int`).
+_PLAUSIBLE = 10.0
+
+#: :func:`_far`'s margin past the cut and the plausible set, for the local optima seen far
+#: from the best (0.2-1 apart in log-likelihood by where the search starts).
+_FAR_BELOW = 5.0
+
+
+def _far(problem: _Problem, cache: dict) -> float:
+    """Return a profile log-likelihood under the cut and the plausible set of ``cache``'s best.
+
+    The plausible set reaches :data:`_PLAUSIBLE` under the best; :data:`_FAR_BELOW` to
+    spare. Both only rise with the best (:meth:`_Problem.profile_drop`), so what lies
+    under this level now stays under them.
+    """
+    top = max(v[1] for v in cache.values())
+    return top - max(problem.profile_drop(top), _PLAUSIBLE) - _FAR_BELOW
+
+
+def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
+    """Evaluate ``grid`` from the top down while the profile can reach :func:`_far`'s level.
+
+    Returns the largest integer left under it (``grid[0] - 1``: none).
+
+    The profile's dearest integers behind a cap are the few servers: a sweep's levels all
+    overloaded, each a chain of K + c states. The grid's points more than 2 apart have no
+    warm start either way; the close ones below them are taken bottom up if the descent
+    reaches them.
+    """
+    close = np.flatnonzero(np.diff(grid) <= 2)
+    sparse = min(int(close[-1]) + 2, len(grid)) if len(close) else 0  # first of the sparse
+    for k in grid[sparse:][::-1]:
+        ev(int(k))
+        best = max(cache, key=lambda j: cache[j][1])
+        if k < best and cache[k][1] < _far(problem, cache):
+            return int(k) - 1
+    for k in grid[:sparse]:
+        ev(int(k))
+    return int(grid[0]) - 1
 
 
 def _unimodal(values: list[float]) -> bool:

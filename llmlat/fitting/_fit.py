@@ -13,7 +13,7 @@ import pandas as pd
 from llmlat import stats as _stats
 from llmlat._aggregate import Observed, is_level_table, latency_levels, observe
 from llmlat._models import MODELS, Model
-from llmlat.fitting._estimate import _estimate, _lack_of_fit_p, _overhead, _Problem
+from llmlat.fitting._estimate import _PLAUSIBLE, _estimate, _lack_of_fit_p, _overhead, _Problem
 from llmlat.fitting._results import FitResult
 
 #: Default of ``max_refused``: levels with a larger share of 429s or retries are not fitted.
@@ -175,11 +175,6 @@ def _inflated(obs: Observed, levels: pd.DataFrame, vif: np.ndarray, new: np.ndar
         levels[col] = levels[col] * grow
     levels["vif"] = new
     return replace(obs, levels=levels)
-
-
-#: Integers whose profile log-likelihood is within this of the best are plausible enough to
-#: set a correlation floor (the bootstrap's set, :meth:`FitResult.conf_int`).
-_PLAUSIBLE = 10.0
 
 
 def _plausible(problem: _Problem, est) -> list[dict]:
