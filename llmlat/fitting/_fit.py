@@ -588,8 +588,13 @@ def _fit_auto(views: _Views, stat: str, method: str, opts: dict) -> FitResult:
         )
         return res
     best = str(ok.index[0])
-    same = _method(fits[best]._model, obs, method, stat) == "wls"
-    res = fits[best] if same else _fit_obs(views.of(best), best, stat, method, opts)
+    ranked, seen = fits[best], views.of(best)  # ranked by least squares: refit for another method
+    meth, why_meth = _resolved_method(ranked._model, seen, method, stat, ranked._problem.fixed)
+    if meth == "wls":  # the same fit: only the reason for its method is new
+        res = ranked
+        res.notes[len(seen.notes) : len(seen.notes)] = why_meth
+    else:
+        res = _fit_obs(seen, best, stat, method, opts)
     close = [str(m) for m in ok.index[1:] if ok.loc[m, "delta_aic"] < 2]
     # another family that misses no level mean by more than its errors is as good an account
     # of the data as the best one, whatever the AIC says (on near-constant service, c servers
@@ -624,23 +629,30 @@ def _fit_auto(views: _Views, stat: str, method: str, opts: dict) -> FitResult:
     return res
 
 
+def _resolved_method(
+    model: Model, obs: Observed, method: str, stat: str, fixed: dict
+) -> tuple[str, list[str]]:
+    """Return the method a fit uses (``auto`` resolved), with notes on why if not the one asked."""
+    meth = _method(model, obs, method, stat)
+    if not (method == "auto" and meth == "ml" and "cv_s" in fixed and model.name != "mgc"):
+        return meth, []
+    # the likelihood is that of exponential service: misspecified here; fit the means,
+    # unless too few levels leave least squares no scale to estimate
+    need = _wls_need(model, obs)
+    if len(obs.levels) > need:
+        return "wls", ["service not exponential: fitted by least squares on the level means"]
+    return meth, [
+        f"service not exponential, but {len(obs.levels)} levels are too few for least "
+        "squares on their means: fitted by the exponential likelihood, whose intervals "
+        f"are wider than this service needs; measure at least {need + 1} levels"
+    ]
+
+
 def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> FitResult:
     model = _pick_model(name, obs, opts["gamma"])
-    meth = _method(model, obs, method, stat)
-    fixed, notes = _fixed(model, obs, **opts)
-    if method == "auto" and meth == "ml" and "cv_s" in fixed and model.name != "mgc":
-        # the likelihood is that of exponential service: misspecified here; fit the means,
-        # unless too few levels leave least squares no scale to estimate
-        need = _wls_need(model, obs)
-        if len(obs.levels) > need:
-            meth = "wls"
-            notes.append("service not exponential: fitted by least squares on the level means")
-        else:
-            notes.append(
-                f"service not exponential, but {len(obs.levels)} levels are too few for least "
-                "squares on their means: fitted by the exponential likelihood, whose intervals "
-                f"are wider than this service needs; measure at least {need + 1} levels"
-            )
+    fixed, fixed_notes = _fixed(model, obs, **opts)
+    meth, notes = _resolved_method(model, obs, method, stat, fixed)
+    notes += fixed_notes
     _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
     est = _estimate(problem)
