@@ -141,31 +141,30 @@ def _mgck_mix(p: dict) -> float:
 def _mgck_states(lam: np.ndarray, p: dict) -> np.ndarray:
     """Probabilities of 0..K in the system behind a queue cap, per arrival rate.
 
-    Exponential service: the M/M/c/K chain, exactly. A measured service CV below 1: the
-    constant-service states of :func:`_mdck_states` and the exponential chain's, mixed in
-    ``cv^2`` (:func:`_mgck_mix`), as Cosmetatos and Kimura interpolate M/D/c and M/M/c.
-    Against exact simulations of 10^6 requests behind a queue of 2c (c = 1 to 64, CV 0.05
-    and 0.5, 50-120% load; ``bench_calibration.py --capped-law``) the refused share is within
-    0.5 point; the exponential chain's is 0.049 at c = 4 and 90% load, where 0.019 are
-    refused, and 0.135 for 0.073 at c = 1 and 70%.
+    Exponential service: the M/M/c/K chain, exactly. One server with a measured service CV:
+    the M/G/1/K chain with gamma service, exactly (:func:`_mg1k_states`). More servers and a
+    CV below 1: the constant-service states of :func:`_mdck_states` and the exponential
+    chain's, mixed in ``cv^2`` (:func:`_mgck_mix`), as Cosmetatos and Kimura interpolate M/D/c
+    and M/M/c. Against exact simulations of 10^6 requests behind a queue of 2c (c = 4 to 64,
+    CV 0.05 and 0.5, 50-120% load; ``bench_calibration.py --capped-law``) the refused share
+    is within 0.5 point; the exponential chain's is 0.049 at c = 4 and 90% load, where 0.019
+    are refused.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
-    mu, c, k = p["mu"], p["c"], p["k_sys"]
-    states = q._mmck_states(lam, mu, c, k)
-    const = _mgck_mix(p)
-    if const == 0.0:
-        return states
-    return const * _mdck_states(lam, mu, c, k) + (1.0 - const) * states
+    return sum(weight * states for weight, states, _ in _mgck_parts(lam, p))
 
 
-def _mgck_parts(lam: np.ndarray, p: dict) -> list[tuple[float, np.ndarray, bool]]:
-    """Per arrival rate, the laws :func:`_mgck_mix` mixes: (weight, states, constant) for
-    the exponential one and, if weighted, the constant-service one."""
+def _mgck_parts(lam: np.ndarray, p: dict) -> list[tuple[float, np.ndarray, str]]:
+    """Per arrival rate, the laws :func:`_mgck_states` mixes: (weight, states, kind), kind
+    ``"exp"`` for the exponential one, ``"const"`` for the constant-service one (weighted by
+    :func:`_mgck_mix`), ``"mg1"`` for one server's exact law, alone."""
     mu, c, k = p["mu"], p["c"], p["k_sys"]
+    if c == 1 and "cv_s" in p:
+        return [(1.0, _mg1k_states(lam, mu, k, p["cv_s"]), "mg1")]
     const = _mgck_mix(p)
-    parts = [(1.0 - const, q._mmck_states(lam, mu, c, k), False)]
+    parts = [(1.0 - const, q._mmck_states(lam, mu, c, k), "exp")]
     if const > 0.0:
-        parts.append((const, _mdck_states(lam, mu, c, k), True))
+        parts.append((const, _mdck_states(lam, mu, c, k), "const"))
     return parts
 
 
@@ -179,16 +178,16 @@ def _mmck_wait(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
     of :func:`_spell_waits`.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
-    if p.get("cv_s", 1.0) > 1.0:
+    if p.get("cv_s", 1.0) > 1.0 and p["c"] > 1:
         waits, mean, _ = _spell_waits(lam, p)
         return waits.sum(axis=1), waits @ mean
     c, k = p["c"], p["k_sys"]
     n = np.arange(k + 1)
     waits, means = np.zeros(len(lam)), np.zeros(len(lam))
-    for weight, states, const in _mgck_parts(lam, p):
+    for weight, states, kind in _mgck_parts(lam, p):
         admitted = 1.0 - states[:, -1]
         waits += weight * states[:, c:k].sum(axis=1) / admitted
-        if const:
+        if kind != "exp":
             with np.errstate(divide="ignore", invalid="ignore"):
                 mean = states @ np.maximum(n - c, 0) / (lam * admitted)
             means += weight * np.nan_to_num(mean)
@@ -209,10 +208,12 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     than (k + 1) c; with the time-average states of
     :func:`_mdck_states` below K. Behind the cap no admitted request waits as long as
     ``ceil((K - c) / c) D``: the law's mass beyond it (arrivals counted that the full system
-    refused) is put there. Exact for one server (the M/D/1/K wait is the uncapped one's below
-    that bound), given its states.
+    refused) is put there. One server: the exact M/G/1/K law of :func:`_mg1k_wait_cdf`, for
+    any CV (mixing in ``cv^2`` read its p95 3-5% low at CV 0.2-0.5 and 8-40% high past 1).
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
+    if c == 1 and "cv_s" in p:
+        return _mg1k_wait_cdf(lam, mu, k, p["cv_s"])
     lam_a = np.array([float(lam)])
     parts = _mgck_parts(lam_a, p)
     d = 1.0 / mu
@@ -221,9 +222,9 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     far = max(bound, (jobs + 6.0 * np.sqrt(jobs) + 6.0) / (c * mu))
     x = np.arange(0.0, far + d / _GRID, max(d / _GRID, far / (8 * _GRID)))
     cdf = np.zeros(len(x))
-    for weight, states, const in parts:
+    for weight, states, kind in parts:
         admitted = states[0, :k] / states[0, :k].sum()
-        if const:
+        if kind == "const":
             # the uncapped law's argument on the admitted number waiting, which ends below K
             waiting = np.bincount(np.maximum(np.arange(k) - c, 0), weights=admitted)
             tail = q._mdc_wait_tail(x / d, lam * d, c, waiting, 0.0)
@@ -234,6 +235,97 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
             served = q._poisson_pmf(j[None, :], (c * mu * x)[:, None])
             part = served @ need + (1.0 - served.sum(axis=1))
         cdf += weight * part
+    return x, np.clip(cdf, 0.0, 1.0)
+
+
+def _mg1k_chain(lam: float, mu: float, k: int, cv: float) -> np.ndarray:
+    """M/G/1/K with gamma service (mean ``1 / mu``, CV ``cv``): the number a departure leaves
+    behind, 0..K-1, exactly.
+
+    A service of shape ``s = 1 / cv^2`` and rate ``s mu`` sees a negative binomial count of
+    Poisson arrivals, ``P(j) = C(j + s - 1, j) q^s (1 - q)^j`` with ``q = s mu / (s mu + lam)``;
+    a departure leaving i (or 0, the next service starting on an arrival) is followed by one
+    leaving ``min(max(i, 1) - 1 + j, K - 1)``, those past the cap refused. An admitted
+    arrival sees this law too.
+    """
+    shape = 1.0 / cv**2
+    j = np.arange(k)
+    with np.errstate(divide="ignore"):
+        log_pmf = (
+            special.gammaln(j + shape) - special.gammaln(shape) - special.gammaln(j + 1.0)
+            + shape * np.log(shape * mu / (shape * mu + lam))
+            + special.xlogy(j, lam / (shape * mu + lam))
+        )  # fmt: skip
+    pmf = np.exp(log_pmf)
+    start = np.maximum(j, 1) - 1  # those left once a departure's successor is served
+    step = j[None, :] - start[:, None]
+    moves = np.where(step >= 0, pmf[np.clip(step, 0, k - 1)], 0.0)
+    moves[:, -1] = np.clip(1.0 - moves[:, :-1].sum(axis=1), 0.0, None)  # refused beyond
+    eqs = moves.T - np.eye(k)
+    eqs[-1] = 1.0  # the balance of K - 1 is implied by the others; sum to 1 instead
+    rhs = np.zeros(k)
+    rhs[-1] = 1.0
+    return np.clip(np.linalg.solve(eqs, rhs), 0.0, None)
+
+
+def _mg1k_states(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
+    """M/G/1/K with gamma service: probabilities of 0..K in the system per arrival rate, exactly.
+
+    From the departures' law ``pi`` (:func:`_mg1k_chain`): ``p_n = pi_n / (pi_0 + rho)`` below
+    K and ``p_K = 1 - 1 / (pi_0 + rho)``, ``rho = lam / mu`` (the rate of departures, ``mu (1 -
+    p_0)``, equals that of admitted arrivals, ``lam (1 - p_K)``).
+    """
+    out = np.zeros((len(lam), k + 1))
+    for row, rate in enumerate(lam):
+        pi = _mg1k_chain(float(rate), mu, k, cv)
+        out[row, :k] = pi / (pi[0] + rate / mu)
+        out[row, k] = 1.0 - out[row, :k].sum()
+    return out
+
+
+def _mg1k_wait_cdf(lam: float, mu: float, k: int, cv: float) -> tuple[np.ndarray, np.ndarray]:
+    """M/G/1/K with gamma service: the FCFS wait of an admitted request, P(W <= x) on a grid.
+
+    An admitted arrival that finds n (1 <= n < K) waits for the rest R of the service under
+    way and n - 1 whole services. R depends on n: the service began with m in the system
+    (services start at rate ``sigma_m``, proportional to ``pi_m``, plus ``pi_0`` for m = 1:
+    :func:`_mg1k_chain`), and n - m arrived during the u it has run, so (the supplementary
+    variable's density of the time-average state) ``P(n, R in dr) ~ sum_m sigma_m int
+    Poisson(n - m; lam u) b(u + r) du dr``, b the service density: exact, tabulated on a grid
+    of ``h`` (R's masses by the service CDF, u at cell midpoints, one FFT correlation), each
+    n's mass scaled to ``pi_n``, then convolved with the gamma law of n - 1 services.
+    """
+    shape = 1.0 / cv**2
+    rate = shape * mu
+    pi = _mg1k_chain(lam, mu, k, cv)
+    far = float(special.gammainccinv(shape * max(k - 1, 1) + 1.0, 1e-9)) / rate
+    h = max(1.0 / (mu * _GRID), far / (8 * _GRID))
+    n_x = int(np.ceil(far / h))
+    x = np.arange(n_x + 1) * h
+    if k < 2 or lam <= 0.0:
+        return x, np.ones(n_x + 1)
+    n = np.arange(1, k)
+    # w[n - 1](u) = sum_m sigma_m Poisson(n - m; lam u) at u = cell midpoints
+    starts = pi[1:].copy()
+    starts[0] += pi[0]
+    toeplitz = np.where(n[:, None] >= n[None, :], starts[np.clip(n[:, None] - n[None, :], 0, None)], 0.0)
+    u = (np.arange(n_x) + 0.5) * h
+    w = toeplitz @ q._poisson_pmf(np.arange(k - 1)[:, None], lam * u[None, :])
+    # the service's mass in [u + i h, u + (i + 1) h): half-shifted cells
+    served = np.diff(special.gammainc(shape, rate * (np.arange(2 * n_x + 2) + 0.5) * h))
+    size = 1 << int(np.ceil(np.log2(3 * n_x + 2)))
+    rest = np.fft.irfft(np.conj(np.fft.rfft(w, size)) * np.fft.rfft(served, size), size)[:, :n_x]
+    rest = np.clip(rest, 0.0, None)
+    total = rest.sum(axis=1)
+    rest *= np.where(total > 0, pi[1:] / np.where(total > 0, total, 1.0), 0.0)[:, None]
+    # n - 1 whole services, their mass at each grid point (the cell around it)
+    edges = special.gammainc(shape * (n - 1.0)[:, None], rate * (np.arange(n_x) + 0.5)[None, :] * h)
+    edges[0] = 1.0  # no whole service: all at 0
+    whole = np.diff(edges, prepend=0.0, axis=1)
+    spec = (np.fft.rfft(rest, size) * np.fft.rfft(whole, size)).sum(axis=0)
+    mass = np.clip(np.fft.irfft(spec, size)[:n_x], 0.0, None)
+    cdf = np.concatenate([[pi[0]], pi[0] + np.cumsum(mass)])
+    cdf[-1] = 1.0  # what lies past the grid, at its end
     return x, np.clip(cdf, 0.0, 1.0)
 
 
@@ -254,7 +346,7 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     out = np.empty(len(loads))
     cv = p.get("cv_s")
-    if cv is not None and cv > 1.0:
+    if cv is not None and cv > 1.0 and c > 1:
         waits, mean, var = _spell_waits(np.asarray(loads, dtype=np.float64), p)
         return q._queued_gamma_quantile(prob, waits, mean, var, mu, cv)
     if cv is not None:
