@@ -248,14 +248,12 @@ def _mg1k_chain(lam: float, mu: float, k: int, cv: float) -> np.ndarray:
     leaving ``min(max(i, 1) - 1 + j, K - 1)``, those past the cap refused. An admitted
     arrival sees this law too.
     """
-    shape = 1.0 / cv**2
+    shape, rho = 1.0 / cv**2, lam / mu
     j = np.arange(k)
+    # log C(j + s - 1, j) (rho / (s + rho))^j term by term: no cancellation for s near infinity
     with np.errstate(divide="ignore"):
-        log_pmf = (
-            special.gammaln(j + shape) - special.gammaln(shape) - special.gammaln(j + 1.0)
-            + shape * np.log(shape * mu / (shape * mu + lam))
-            + special.xlogy(j, lam / (shape * mu + lam))
-        )  # fmt: skip
+        steps = np.log(rho) + np.log1p((j[:-1] - rho) / (shape + rho)) - np.log1p(j[:-1])
+    log_pmf = np.concatenate([[0.0], np.cumsum(steps)]) - shape * np.log1p(rho / shape)
     pmf = np.exp(log_pmf)
     start = np.maximum(j, 1) - 1  # those left once a departure's successor is served
     step = j[None, :] - start[:, None]
@@ -292,29 +290,35 @@ def _mg1k_wait_cdf(lam: float, mu: float, k: int, cv: float) -> tuple[np.ndarray
     :func:`_mg1k_chain`), and n - m arrived during the u it has run, so (the supplementary
     variable's density of the time-average state) ``P(n, R in dr) ~ sum_m sigma_m int
     Poisson(n - m; lam u) b(u + r) du dr``, b the service density: exact, tabulated on a grid
-    of ``h`` (R's masses by the service CDF, u at cell midpoints, one FFT correlation), each
-    n's mass scaled to ``pi_n``, then convolved with the gamma law of n - 1 services.
+    of ``h`` (a whole number of steps per mean service; the Poisson weights integrated over
+    each step of u, R's masses by the service CDF, one FFT correlation), each n's mass scaled
+    to ``pi_n``, then convolved with the gamma law of n - 1 services. Exact at constant
+    service on the grid's points.
     """
     shape = 1.0 / cv**2
     rate = shape * mu
     pi = _mg1k_chain(lam, mu, k, cv)
     far = float(special.gammainccinv(shape * max(k - 1, 1) + 1.0, 1e-9)) / rate
-    h = max(1.0 / (mu * _GRID), far / (8 * _GRID))
+    # a whole number of steps per mean service: near-constant services land on grid points
+    per = int(np.ceil(min(float(_GRID), 8 * _GRID / (far * mu))))
+    h = 1.0 / (mu * per)
     n_x = int(np.ceil(far / h))
     x = np.arange(n_x + 1) * h
     if k < 2 or lam <= 0.0:
         return x, np.ones(n_x + 1)
     n = np.arange(1, k)
-    # w[n - 1](u) = sum_m sigma_m Poisson(n - m; lam u) at u = cell midpoints
+    # w[n - 1](u) = sum_m sigma_m Poisson(n - m; lam u), integrated over each step of u
     starts = pi[1:].copy()
     starts[0] += pi[0]
-    toeplitz = np.where(n[:, None] >= n[None, :], starts[np.clip(n[:, None] - n[None, :], 0, None)], 0.0)
-    u = (np.arange(n_x) + 0.5) * h
-    w = toeplitz @ q._poisson_pmf(np.arange(k - 1)[:, None], lam * u[None, :])
+    ahead = n[:, None] - n[None, :]
+    toeplitz = np.where(ahead >= 0, starts[np.clip(ahead, 0, None)], 0.0)
+    arrived = special.gammainc(np.arange(1, k)[:, None], lam * x[None, :])
+    w = toeplitz @ np.diff(arrived, axis=1) / lam
     # the service's mass in [u + i h, u + (i + 1) h): half-shifted cells
     served = np.diff(special.gammainc(shape, rate * (np.arange(2 * n_x + 2) + 0.5) * h))
     size = 1 << int(np.ceil(np.log2(3 * n_x + 2)))
-    rest = np.fft.irfft(np.conj(np.fft.rfft(w, size)) * np.fft.rfft(served, size), size)[:, :n_x]
+    spec = np.conj(np.fft.rfft(w, size)) * np.fft.rfft(served, size)
+    rest = np.fft.irfft(spec, size)[:, :n_x]
     rest = np.clip(rest, 0.0, None)
     total = rest.sum(axis=1)
     rest *= np.where(total > 0, pi[1:] / np.where(total > 0, total, 1.0), 0.0)[:, None]

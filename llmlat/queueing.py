@@ -436,7 +436,7 @@ def mgc_response_quantile(
         raise ValueError("cv_s: coefficient of variation must be > 0")
     q_arr, lam_arr = np.broadcast_arrays(_arr(q), _arr(lam))
     stable = lam_arr < c * mu
-    if cv_s > 1.0:
+    if cv_s > 1.0 and c > 1:
         pw = np.where(stable, erlang_c(c, np.where(stable, lam_arr, 0.0) / mu), 1.0)
         # conditional wait ~ Exp(theta), theta = P(wait) / Wq
         theta = np.where(stable, 2.0 * (c * mu - lam_arr) / (1.0 + cv_s**2), 1.0)
@@ -455,9 +455,13 @@ _NODES = tuple(0.5 * v for v in np.polynomial.legendre.leggauss(256))
 
 
 def _mgc_interpolated_quantile(q: np.ndarray, lam: float, mu: float, c: int, cv_s: float):
-    """Quantiles of :func:`mgc_response_quantile`'s law for ``cv_s <= 1`` at one stable rate."""
+    """Quantiles of :func:`mgc_response_quantile`'s law at one stable rate, for ``cv_s <= 1``
+    or one server."""
     shape = 1.0 / cv_s**2
-    pw, log_tail, mean_wait = _mgc_interpolated_wait(lam, mu, c, cv_s**2)
+    if c == 1:
+        pw, log_tail, mean_wait = _mg1_wait(lam, mu, cv_s)
+    else:
+        pw, log_tail, mean_wait = _mgc_interpolated_wait(lam, mu, c, cv_s**2)
     nodes, weights = _NODES
     service = special.gammaincinv(shape, nodes + 0.5) / (shape * mu)
 
@@ -510,6 +514,53 @@ def _mgc_interpolated_wait(
     mean_d = float(_mdc_queue_mean(a, c)) / lam / wait_d if wait_d > 0 else 0.0
     pw = (1.0 - w) * wait_d + w * wait_m
     return pw, log_tail, pw * ((1.0 - w) * mean_d + w / theta)
+
+
+def _mg1_wait(lam: float, mu: float, cv_s: float) -> tuple[float, Callable[[np.ndarray], np.ndarray], float]:
+    """The exact M/G/1 FCFS wait with gamma service (mean ``1 / mu``, CV ``cv_s``), at one rate.
+
+    Pollaczek-Khinchine as a compound geometric sum (Benes): the wait is the sum of
+    ``N ~ Geometric`` (``P(N = n) = (1 - rho) rho^n``) independent equilibrium residual
+    services, density ``mu (1 - B(r))``; on a grid that is one FFT, ``(1 - rho) / (1 - rho
+    R(w))``. The grid reaches where the tail, decaying at the rate ``eta`` that solves
+    ``lam (E[exp(eta S)] - 1) = eta``, is below 1e-13 of the probability of waiting.
+
+    Returns
+    -------
+    tuple
+        As :func:`_mgc_interpolated_wait`: ``(p_wait, log_tail, mean_wait)``.
+    """
+    rho, shape = lam / mu, 1.0 / cv_s**2
+    rate = shape * mu
+    with np.errstate(over="ignore"):  # E[exp(v S)] is infinite at v = rate
+        eta = optimize.brentq(
+            lambda v: lam * np.expm1(-shape * np.log1p(-v / rate)) - v,
+            1e-12 * rate,
+            rate * (1.0 - 1e-15),
+        )
+    far = 30.0 / eta + 8.0 / rate
+    n = int(min(1 << 16, max(1 << 10, np.ceil(far * mu * 64.0))))
+    h = far / n
+
+    def residual_cdf(t: np.ndarray) -> np.ndarray:  # mu E[min(S, t)]
+        return mu * t * special.gammaincc(shape, rate * t) + special.gammainc(shape + 1.0, rate * t)
+
+    # each grid point holds the residual's mass within half a step of it
+    edges = residual_cdf((np.arange(n) + 0.5) * h)
+    mass = np.diff(edges, prepend=0.0)
+    spec = np.fft.rfft(mass, 2 * n)
+    wait = np.fft.irfft((1.0 - rho) / (1.0 - rho * spec), 2 * n)[:n]
+    tail = 1.0 - np.cumsum(wait)  # P(W > (i + 1/2) h)
+    x = (np.arange(n) + 0.5) * h
+    keep = tail > 1e-13 * rho
+    level = np.log(np.clip(tail[keep], 1e-300, None) / rho)
+    x = np.concatenate([[0.0], x[keep]])
+    level = np.concatenate([[0.0], level])
+
+    def log_tail(t: np.ndarray) -> np.ndarray:
+        return np.interp(t, x, level) - eta * np.clip(t - x[-1], 0.0, None)
+
+    return rho, log_tail, rho * (1.0 + cv_s**2) / (2.0 * (mu - lam))
 
 
 def _invert_smooth_cdf(
