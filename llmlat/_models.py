@@ -210,10 +210,13 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     ``ceil((K - c) / c) D``: the law's mass beyond it (arrivals counted that the full system
     refused) is put there. One server: the exact M/G/1/K law of :func:`_mg1k_wait_cdf`, for
     any CV (mixing in ``cv^2`` read its p95 3-5% low at CV 0.2-0.5 and 8-40% high past 1).
+    More servers and a CV past 1: :func:`_fast_server_wait_cdf`.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     if c == 1 and "cv_s" in p:
         return _mg1k_wait_cdf(lam, mu, k, p["cv_s"])
+    if p.get("cv_s", 1.0) > 1.0:
+        return _fast_server_wait_cdf(lam, p)
     lam_a = np.array([float(lam)])
     parts = _mgck_parts(lam_a, p)
     d = 1.0 / mu
@@ -263,7 +266,8 @@ def _mg1k_chain(lam: float, mu: float, k: int, cv: float) -> np.ndarray:
     eqs[-1] = 1.0  # the balance of K - 1 is implied by the others; sum to 1 instead
     rhs = np.zeros(k)
     rhs[-1] = 1.0
-    return np.clip(np.linalg.solve(eqs, rhs), 0.0, None)
+    with _blas().limit(limits=1, user_api="blas"):  # threaded BLAS stalls on small solves
+        return np.clip(np.linalg.solve(eqs, rhs), 0.0, None)
 
 
 def _mg1k_states(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
@@ -322,15 +326,35 @@ def _mg1k_wait_cdf(lam: float, mu: float, k: int, cv: float) -> tuple[np.ndarray
     rest = np.clip(rest, 0.0, None)
     total = rest.sum(axis=1)
     rest *= np.where(total > 0, pi[1:] / np.where(total > 0, total, 1.0), 0.0)[:, None]
-    # n - 1 whole services, their mass at each grid point (the cell around it)
-    edges = special.gammainc(shape * (n - 1.0)[:, None], rate * (np.arange(n_x) + 0.5)[None, :] * h)
-    edges[0] = 1.0  # no whole service: all at 0
-    whole = np.diff(edges, prepend=0.0, axis=1)
-    spec = (np.fft.rfft(rest, size) * np.fft.rfft(whole, size)).sum(axis=0)
+    # n - 1 whole services: one's mass at each grid point (the cell around it), to the power
+    one = np.fft.rfft(np.diff(special.gammainc(shape, rate * (np.arange(n_x) + 0.5) * h), prepend=0.0), size)
+    spec = np.zeros(size // 2 + 1, dtype=complex)
+    for part in np.fft.rfft(rest, size)[::-1]:  # Horner: sum_n R_n S^(n - 1)
+        spec = spec * one + part
     mass = np.clip(np.fft.irfft(spec, size)[:n_x], 0.0, None)
     cdf = np.concatenate([[pi[0]], pi[0] + np.cumsum(mass)])
     cdf[-1] = 1.0  # what lies past the grid, at its end
     return x, np.clip(cdf, 0.0, 1.0)
+
+
+def _fast_server_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Behind a queue cap, c > 1 servers with a service CV past 1: the wait of an admitted
+    request, P(W <= x) on a grid.
+
+    It waits with the M/M/c/K chain's probability, and then as in one server c times as
+    fast with the same CV and the same queue (M/G/1/(K - c + 1), exactly:
+    :func:`_mg1k_wait_cdf`) given that it waits. Against exact simulations of 10^6 requests
+    behind a queue of 2c (c = 4 to 64, CV 1.5 and 2, 50-120% load; ``bench_mgc.py
+    --capped``) its p95 and p99 read 0-6% high; the gamma law by whole service spells
+    (:func:`_spell_waits`) read the p95 up to 7% high and the p99 up to 17% low.
+    """
+    mu, c, k = p["mu"], p["c"], p["k_sys"]
+    x, fast = _mg1k_wait_cdf(lam, c * mu, k - c + 1, p["cv_s"])
+    states = q._mmck_states(np.array([float(lam)]), mu, c, k)[0]
+    waits = states[c:k].sum() / (1.0 - states[k])
+    if fast[0] >= 1.0:
+        return x, np.ones(len(x))
+    return x, 1.0 - waits + waits * (fast - fast[0]) / (1.0 - fast[0])
 
 
 def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
@@ -350,9 +374,6 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     out = np.empty(len(loads))
     cv = p.get("cv_s")
-    if cv is not None and cv > 1.0 and c > 1:
-        waits, mean, var = _spell_waits(np.asarray(loads, dtype=np.float64), p)
-        return q._queued_gamma_quantile(prob, waits, mean, var, mu, cv)
     if cv is not None:
         shape = 1.0 / cv**2
         for i, lam in enumerate(loads):
@@ -365,7 +386,7 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
             cdf = lambda t, at=at, mass=mass: (  # noqa: E731
                 special.gammainc(shape, shape * mu * np.clip(t[..., None] - at, 0.0, None)) @ mass
             )
-            out[i] = q.invert_cdf(cdf, prob, 1.0 / mu + x[-1], iters=50)
+            out[i] = q._invert_smooth_cdf(cdf, np.array([prob]), 1.0 / mu + x[-1], 1e-9)[0]
         return out
     for i, lam in enumerate(loads):
         m, w = _mmck_mix(lam, mu, c, k)
