@@ -285,7 +285,9 @@ def _mg1k_states(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
     return out
 
 
-def _mg1k_wait_cdf(lam: float, mu: float, k: int, cv: float) -> tuple[np.ndarray, np.ndarray]:
+def _mg1k_wait_cdf(
+    lam: float, mu: float, k: int, cv: float, points: int = 8 * _GRID
+) -> tuple[np.ndarray, np.ndarray]:
     """M/G/1/K with gamma service: the FCFS wait of an admitted request, P(W <= x) on a grid.
 
     An admitted arrival that finds n (1 <= n < K) waits for the rest R of the service under
@@ -297,14 +299,15 @@ def _mg1k_wait_cdf(lam: float, mu: float, k: int, cv: float) -> tuple[np.ndarray
     of ``h`` (a whole number of steps per mean service; the Poisson weights integrated over
     each step of u, R's masses by the service CDF, one FFT correlation), each n's mass scaled
     to ``pi_n``, then convolved with the gamma law of n - 1 services. Exact at constant
-    service on the grid's points.
+    service on the grid's points; ``points`` grid steps in all (at most :data:`_GRID` a mean
+    service), which at 1,024 moves the p95 by 0.03% from four times as many.
     """
     shape = 1.0 / cv**2
     rate = shape * mu
     pi = _mg1k_chain(lam, mu, k, cv)
     far = float(special.gammainccinv(shape * max(k - 1, 1) + 1.0, 1e-9)) / rate
     # a whole number of steps per mean service: near-constant services land on grid points
-    per = int(np.ceil(min(float(_GRID), 8 * _GRID / (far * mu))))
+    per = int(np.ceil(min(float(_GRID), points / (far * mu))))
     h = 1.0 / (mu * per)
     n_x = int(np.ceil(far / h))
     x = np.arange(n_x + 1) * h
@@ -349,7 +352,8 @@ def _fast_server_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     (:func:`_spell_waits`) read the p95 up to 7% high and the p99 up to 17% low.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
-    x, fast = _mg1k_wait_cdf(lam, c * mu, k - c + 1, p["cv_s"])
+    # a coarse grid (0.1-0.5% on the p95): a plan asks for hundreds of these
+    x, fast = _mg1k_wait_cdf(lam, c * mu, k - c + 1, p["cv_s"], points=2 * _GRID)
     states = q._mmck_states(np.array([float(lam)]), mu, c, k)[0]
     waits = states[c:k].sum() / (1.0 - states[k])
     if fast[0] >= 1.0:

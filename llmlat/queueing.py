@@ -532,12 +532,16 @@ def _mg1_wait(lam: float, mu: float, cv_s: float) -> tuple[float, Callable[[np.n
     """
     rho, shape = lam / mu, 1.0 / cv_s**2
     rate = shape * mu
-    with np.errstate(over="ignore"):  # E[exp(v S)] is infinite at v = rate
-        eta = optimize.brentq(
-            lambda v: lam * np.expm1(-shape * np.log1p(-v / rate)) - v,
-            1e-12 * rate,
-            rate * (1.0 - 1e-15),
-        )
+    # eta = rate (1 - e^-y): lam (E[exp(eta S)] - 1) - eta, increasing past its root in y
+    def excess(y: float) -> float:
+        return lam * np.expm1(shape * y) + rate * np.expm1(-y)
+
+    low = top = 1.0  # excess < 0 between 0 and its root, > 0 past it
+    while excess(top) <= 0.0:
+        low, top = top, 2.0 * top
+    while excess(low) >= 0.0:
+        low *= 0.5
+    eta = -rate * np.expm1(-optimize.brentq(excess, low, top))
     far = 30.0 / eta + 8.0 / rate
     n = int(min(1 << 16, max(1 << 10, np.ceil(far * mu * 64.0))))
     h = far / n
@@ -758,7 +762,7 @@ def _service_plus_wait_quantile(
         return (1.0 - pw) * served + pw * waited
 
     scale = 1.0 / mu + pw / theta
-    return invert_cdf(cdf, q, scale)
+    return _invert_smooth_cdf(cdf, q, float(np.max(scale, initial=1.0 / mu)))
 
 
 def closed_mgc_response_quantile(
