@@ -119,8 +119,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1000, help="replications per point")
     ap.add_argument("--length", type=int, default=10000, help="measured arrivals per replication")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--capped", type=int, default=0, metavar="N",
-                    help="tabulate the capped law against N-request simulations instead")
+    ap.add_argument(
+        "--capped",
+        type=int,
+        default=0,
+        metavar="N",
+        help="tabulate the capped law against N-request simulations instead",
+    )
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (--capped)")
     args = ap.parse_args()
     if args.capped:

@@ -151,7 +151,8 @@ def _mgck_states(lam: np.ndarray, p: dict) -> np.ndarray:
     are refused.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
-    return sum(weight * states for weight, states, _ in _mgck_parts(lam, p))
+    parts = _mgck_parts(lam, p)
+    return np.sum([weight * states for weight, states, _ in parts], axis=0)
 
 
 def _mgck_parts(lam: np.ndarray, p: dict) -> list[tuple[float, np.ndarray, str]]:
@@ -174,8 +175,8 @@ def _mmck_wait(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray]:
 
     Each law of :func:`_mgck_parts` by its own states: the exponential one waits for
     n - c + 1 departures at rate c mu, the constant-service one its queue's mean by Little's
-    law, ``L_q / (lam (1 - p_K))``; a measured CV up to 1 mixes them. Past CV 1, the spells
-    of :func:`_spell_waits`.
+    law, ``L_q / (lam (1 - p_K))``; a measured CV up to 1 mixes them. One server: Little's
+    law on its exact states (any CV). Past CV 1 on several, the spells of :func:`_spell_waits`.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     if p.get("cv_s", 1.0) > 1.0 and p["c"] > 1:
@@ -330,7 +331,8 @@ def _mg1k_wait_cdf(
     total = rest.sum(axis=1)
     rest *= np.where(total > 0, pi[1:] / np.where(total > 0, total, 1.0), 0.0)[:, None]
     # n - 1 whole services: one's mass at each grid point (the cell around it), to the power
-    one = np.fft.rfft(np.diff(special.gammainc(shape, rate * (np.arange(n_x) + 0.5) * h), prepend=0.0), size)
+    single = special.gammainc(shape, rate * (np.arange(n_x) + 0.5) * h)
+    one = np.fft.rfft(np.diff(single, prepend=0.0), size)
     spec = np.zeros(size // 2 + 1, dtype=complex)
     for part in np.fft.rfft(rest, size)[::-1]:  # Horner: sum_n R_n S^(n - 1)
         spec = spec * one + part
@@ -352,8 +354,9 @@ def _fast_server_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     (:func:`_spell_waits`) read the p95 up to 7% high and the p99 up to 17% low.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
-    # a coarse grid (0.1-0.5% on the p95): a plan asks for hundreds of these
-    x, fast = _mg1k_wait_cdf(lam, c * mu, k - c + 1, p["cv_s"], points=2 * _GRID)
+    # a coarse grid, 8 steps a place (0.1-0.5% on the p95): a plan asks for hundreds of these
+    places = k - c + 1
+    x, fast = _mg1k_wait_cdf(lam, c * mu, places, p["cv_s"], points=max(2 * _GRID, 8 * places))
     states = q._mmck_states(np.array([float(lam)]), mu, c, k)[0]
     waits = states[c:k].sum() / (1.0 - states[k])
     if fast[0] >= 1.0:
@@ -364,16 +367,15 @@ def _fast_server_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
 def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     """Response-time quantile of admitted requests behind a queue cap.
 
-    Exponential service: the exact mixture of :func:`_mmck_mix`. A measured service CV up to
-    1: the wait of :func:`_mgck_wait_cdf` plus an independent service, gamma with mean
-    ``1 / mu`` and that CV. The gamma law with the mean and variance of the wait by spells
-    (:func:`_spell_waits`, which a CV past 1 still takes) read the p95 of 4 near-constant
-    servers behind a queue of 8 6% low at 70% load and 12% high at 120%. Against exact
-    simulations of 10^6 requests behind a queue of 2c (c = 1 to 64, 50-120% load;
-    ``bench_calibration.py --capped-law``) this law's p95 reads within -0.4% to +1% at CV
-    0.05 and within 1% at CV 0.5 on 4 to 64 servers, but 3-4% low on one server at CV 0.5
-    (the mixture in ``cv^2``; the mean is within 1% there). Past capacity its mean reads up
-    to 2% high (c = 4 to 16: the states next to the full one are the approximation's).
+    Exponential service: the exact mixture of :func:`_mmck_mix`. A measured service CV: the
+    wait of :func:`_mgck_wait_cdf` plus an independent service, gamma with mean ``1 / mu``
+    and that CV. Against exact simulations of 10^6 requests behind a queue of 2c (c = 1 to
+    64, 50-120% load, CV 0.05-2; ``bench_mgc.py --capped``): one server's law is exact
+    (within the simulation's 0.1-0.8%); on 4 to 64 servers the p95 reads -1.1% to +1% and the
+    p99 -1.4% to +1.7% at CV 0.05-0.7 (the mixture in ``cv^2``), and 0-6% (p95) and 0-3.5%
+    (p99) high at CV 1.5-2 (:func:`_fast_server_wait_cdf`). The gamma law with the mean and
+    variance of the wait by spells (:func:`_spell_waits`) had read 4 near-constant servers
+    6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     out = np.empty(len(loads))
@@ -423,10 +425,11 @@ def _diffusion_states(lam: np.ndarray, p: dict) -> np.ndarray:
 
 
 def _spell_waits(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Behind a queue cap with a service CV past 1, per arrival rate: how an admitted request
-    waits, by whole service spells (the law for every measured CV before the M/D/c/K one of
-    :func:`_mgck_wait_cdf`; unchecked against simulation past CV 1, where it read 2-15% high
-    at CV 1.5, and the mixture in ``cv^2`` carried on past 1 read 5-6% low).
+    """Behind a queue cap with a service CV past 1 on several servers, per arrival rate: how
+    an admitted request waits, by whole service spells, for the fit's mean wait
+    (:func:`_mmck_wait`: 0-8% high at CV 1.5-2 against exact simulation, c = 4 to 64). Its
+    gamma quantile read the p95 up to 7% high and the p99 up to 17% low: the quantile is
+    :func:`_fast_server_wait_cdf`'s.
 
     Returns ``(waits, mean, var)``: ``waits[i, n]`` the probability that an admitted request
     at rate ``lam[i]`` finds n in the system and waits, with the states of

@@ -401,18 +401,19 @@ def mgc_response_quantile(
     """Approximate M/G/c response-time quantiles: gamma service plus an interpolated wait.
 
     The service time is gamma with mean ``1 / mu`` and coefficient of variation ``cv_s``, and
-    independent of the request's wait (FCFS). For ``cv_s <= 1`` the wait interpolates in
-    ``cv_s**2`` between the exact M/D/c wait (constant service ``1 / mu``; Crommelin's law,
+    independent of the request's wait (FCFS). One server: the exact M/G/1 wait at any CV
+    (:func:`_mg1_wait`). Several, ``cv_s <= 1``: the wait interpolates in ``cv_s**2`` between
+    the exact M/D/c wait (constant service ``1 / mu``; Crommelin's law,
     :func:`_mdc_wait_tail`) and the exact M/M/c wait, as Cosmetatos and Kimura interpolate the
     mean: the probability of waiting linearly, and the wait given that at each tail
-    probability (:func:`_mgc_interpolated_wait`); exact at CV 0 and 1. For ``cv_s > 1`` a
-    request waits with probability ``C(c, a)`` (Erlang C), then for an exponential time with
-    Allen-Cunneen's mean. Near-constant service waits less often than Erlang C says, and not
-    exponentially: that law (used for every CV until issue 10u) read the p95 of 16 servers at
-    CV 0.05 and 70-80% load 1.7-2.6% low and one server's 4-8% high; this one is within 1% of
-    10^7-request simulations at the p95 and 1.4% at the p99 for c in {1, 4, 16, 64}, loads
-    50-95% and CV 0.05-1, as close as the exact M/M/c law reads against the same simulations
-    (``benchmarks/bench_mgc.py``).
+    probability (:func:`_mgc_interpolated_wait`); exact at CV 0 and 1. Several, ``cv_s >
+    1``: a request waits with probability ``C(c, a)`` (Erlang C), then for an exponential time
+    with Allen-Cunneen's mean. Against 5-10 x 10^6-request simulations
+    (``benchmarks/bench_mgc.py``, c in {1, 4, 16, 64}, loads 50-90%): within 1% at the p95
+    and 1.4% at the p99 for CV 0.05-1, and 1.5% and 1.8% for CV 1.5-2 (at 95% load the
+    simulation's own error is 1.5-4%). Erlang C with an exponential wait at every CV (the
+    law until issue 10u) read 16 servers at CV 0.05 1.7-2.6% low and one server's 4-8% high,
+    and one server at CV 2 3.7% (p95) and 6.4% (p99) low.
 
     Parameters
     ----------
@@ -455,8 +456,7 @@ _NODES = tuple(0.5 * v for v in np.polynomial.legendre.leggauss(256))
 
 
 def _mgc_interpolated_quantile(q: np.ndarray, lam: float, mu: float, c: int, cv_s: float):
-    """Quantiles of :func:`mgc_response_quantile`'s law at one stable rate, for ``cv_s <= 1``
-    or one server."""
+    """Quantiles of :func:`mgc_response_quantile`'s law at one stable rate (c = 1 or CV <= 1)."""
     shape = 1.0 / cv_s**2
     if c == 1:
         pw, log_tail, mean_wait = _mg1_wait(lam, mu, cv_s)
@@ -516,8 +516,10 @@ def _mgc_interpolated_wait(
     return pw, log_tail, pw * ((1.0 - w) * mean_d + w / theta)
 
 
-def _mg1_wait(lam: float, mu: float, cv_s: float) -> tuple[float, Callable[[np.ndarray], np.ndarray], float]:
-    """The exact M/G/1 FCFS wait with gamma service (mean ``1 / mu``, CV ``cv_s``), at one rate.
+def _mg1_wait(
+    lam: float, mu: float, cv_s: float
+) -> tuple[float, Callable[[np.ndarray], np.ndarray], float]:
+    """Tabulate the exact M/G/1 FCFS wait, gamma service (mean ``1 / mu``, CV ``cv_s``).
 
     Pollaczek-Khinchine as a compound geometric sum (Benes): the wait is the sum of
     ``N ~ Geometric`` (``P(N = n) = (1 - rho) rho^n``) independent equilibrium residual
@@ -532,6 +534,7 @@ def _mg1_wait(lam: float, mu: float, cv_s: float) -> tuple[float, Callable[[np.n
     """
     rho, shape = lam / mu, 1.0 / cv_s**2
     rate = shape * mu
+
     # eta = rate (1 - e^-y): lam (E[exp(eta S)] - 1) - eta, increasing past its root in y
     def excess(y: float) -> float:
         return lam * np.expm1(shape * y) + rate * np.expm1(-y)
