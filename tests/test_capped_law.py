@@ -196,3 +196,9 @@ def test_a_plan_behind_a_cap_says_where_the_law_reads_low():
         notes[cv] = llmlat.fit(data, model="mmc").plan(p95=1.5).note
     assert "reads up to 1.1% low at the p95" in notes[0.5]
     assert "reads" not in notes[0.05] and "approximation" not in notes[0.05]
+    # one server's law is exact, behind a cap or not: no caveat
+    for cap in (8, None):
+        rates = [f * MU for f in (0.2, 0.4, 0.6, 0.8)]
+        data = mgc_sweep("rate", rates, MU, 1, cv_s=0.5, queue_cap=cap, seed=3)
+        note = llmlat.fit(data, model="mmc").plan(p95=3.0).note
+        assert "of a service with CV" not in note, note
