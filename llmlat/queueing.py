@@ -537,7 +537,8 @@ def _mg1_wait(
 
     # eta = rate (1 - e^-y): lam (E[exp(eta S)] - 1) - eta, increasing past its root in y
     def excess(y: float) -> float:
-        return lam * np.expm1(shape * y) + rate * np.expm1(-y)
+        with np.errstate(over="ignore"):  # inf past the root is still past it
+            return lam * np.expm1(shape * y) + rate * np.expm1(-y)
 
     low = top = 1.0  # excess < 0 between 0 and its root, > 0 past it
     while excess(top) <= 0.0:
@@ -546,7 +547,7 @@ def _mg1_wait(
         low *= 0.5
     eta = -rate * np.expm1(-optimize.brentq(excess, low, top))
     far = 30.0 / eta + 8.0 / rate
-    n = int(min(1 << 16, max(1 << 10, np.ceil(far * mu * 64.0))))
+    n = int(min(1 << 14, max(1 << 10, np.ceil(far * mu * 32.0))))
     h = far / n
 
     def residual_cdf(t: np.ndarray) -> np.ndarray:  # mu E[min(S, t)]
