@@ -534,6 +534,8 @@ def _mg1_wait(
     """
     rho, shape = lam / mu, 1.0 / cv_s**2
     rate = shape * mu
+    if rho <= 0.0:  # nobody waits
+        return 0.0, lambda t: np.zeros(np.shape(t)), 0.0
 
     # eta = rate (1 - e^-y): lam (E[exp(eta S)] - 1) - eta, increasing past its root in y
     def excess(y: float) -> float:

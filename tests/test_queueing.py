@@ -400,6 +400,8 @@ def test_one_server_open_law_is_pollaczek_khinchines(cv):
     assert q.mgc_response_quantile(probs, lam, mu, 1, cv).mean() == pytest.approx(
         1 / mu + mean, rel=0.01
     )
+    idle = sps.gamma(1 / cv**2, scale=cv**2 / mu).ppf(0.95)  # no load: the service alone
+    assert q.mgc_response_quantile(0.95, 0.0, mu, 1, cv) == pytest.approx(idle, rel=1e-6)
 
 
 def test_mgc_quantiles_of_near_constant_service_against_a_long_simulation():
