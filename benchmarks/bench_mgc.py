@@ -19,6 +19,11 @@ how far that sample itself lies from the truth). Target: |after| well under 1% a
 near the knee, and no worse than before.
 
     nice -n 10 .venv/bin/python benchmarks/bench_mgc.py [--servers 1 4 16 64] [--cvs 0.05 1]
+
+``--capped N`` tabulates the capped law instead (M/G/c/K behind a queue of 2c, the admitted
+requests' p95 and p99, :func:`llmlat._models._mmck_quantile`) against N-request exact
+simulations (``bench_calibration.simulated_responses``) at loads 50-120%: relative errors in
+percent, each with the simulation's standard error (20 batches in request order).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import time
 import numpy as np
 
 from llmlat import queueing
+from llmlat._models import _mmck_quantile
 from llmlat._synth import fcfs_responses
 
 MU = 2.0
@@ -36,10 +42,12 @@ PROBS = np.array([0.95, 0.99])
 GROUPS = 20
 
 
-def simulate(lam: float, c: int, cv: float, reps: int, length: int, seed: int) -> np.ndarray:
+def simulate(
+    lam: float, c: int, cv: float, reps: int, length: int, seed: int, cap: int | None = None
+) -> np.ndarray:
     """Response times, ``(length, reps)``: ``reps`` seeded FCFS M/G/c runs after their warm-up
-    (:func:`llmlat._synth.fcfs_responses`)."""
-    return fcfs_responses(c, MU, cv, reps, length, seed, rate=lam)
+    (:func:`llmlat._synth.fcfs_responses`; with ``cap`` most waiting, a refusal is NaN)."""
+    return fcfs_responses(c, MU, cv, reps, length, seed, rate=lam, cap=cap)
 
 
 def before(lam: float, c: int, cv: float) -> np.ndarray:
@@ -47,6 +55,47 @@ def before(lam: float, c: int, cv: float) -> np.ndarray:
     pw = queueing.erlang_c(c, lam / MU)
     theta = 2.0 * (c * MU - lam) / (1.0 + cv**2)
     return queueing._service_plus_wait_quantile(PROBS, MU, cv, pw, theta)
+
+
+CAPPED_LOADS = (0.5, 0.7, 0.8, 0.9, 1.0, 1.2)
+
+
+def _capped_point(args: tuple[int, float, float, int]) -> tuple[np.ndarray, np.ndarray, float]:
+    """One point of :func:`capped`: errors and standard errors in percent, the law's ms."""
+    c, cv, load, n = args
+    lam = load * c * MU
+    reps = max(GROUPS, min(1000, n // 2000))
+    resp = simulate(lam, c, cv, reps, -(-n // reps), seed=1, cap=2 * c)
+    truth = np.nanquantile(resp, PROBS)
+    # groups of whole replications: independent, so their spread is the error's
+    groups = np.array_split(resp, GROUPS, axis=1)
+    batches = [np.nanquantile(b, PROBS) for b in groups]
+    se = np.std(batches, axis=0, ddof=1) / np.sqrt(GROUPS) / truth * 100
+    p = {"mu": MU, "c": c, "k_sys": 3 * c, **({"cv_s": cv} if cv != 1.0 else {})}
+    t = time.perf_counter()
+    law = np.array([_mmck_quantile(float(pr), np.array([lam]), p)[0] for pr in PROBS])
+    ms = (time.perf_counter() - t) * 1e3 / len(PROBS)
+    return (law / truth - 1) * 100, se, ms
+
+
+def capped(requests: int, servers: list[int], cvs: list[float], jobs: int) -> None:
+    """Print the capped law's p95 and p99 errors (%) against exact simulations, one line per
+    CV and c, one cell per load: ``p95 err (se) / p99 err (se)``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    grid = [(c, cv, f, requests) for cv in cvs for c in servers for f in CAPPED_LOADS]
+    print(f"capped law, queue 2c, {requests:,d} simulated requests a point: "
+          "p95 err % (se) / p99 err % (se) at each load; law ms per quantile")  # fmt: skip
+    with ProcessPoolExecutor(jobs) as pool:
+        rows = list(pool.map(_capped_point, grid))
+    for i in range(0, len(grid), len(CAPPED_LOADS)):
+        c, cv = grid[i][:2]
+        cells = [
+            f"{f:.1f}: {e[0]:+5.1f} ({s[0]:.1f}) / {e[1]:+5.1f} ({s[1]:.1f})"
+            for (_, _, f, _), (e, s, _) in zip(grid[i : i + 6], rows[i : i + 6], strict=True)
+        ]
+        ms = max(r[2] for r in rows[i : i + 6])
+        print(f"cv {cv:<4g} c {c:<3d} " + " | ".join(cells) + f" | {ms:.0f} ms", flush=True)
 
 
 def main() -> None:
@@ -57,7 +106,18 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1000, help="replications per point")
     ap.add_argument("--length", type=int, default=10000, help="measured arrivals per replication")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--capped",
+        type=int,
+        default=0,
+        metavar="N",
+        help="tabulate the capped law against N-request simulations instead",
+    )
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes (--capped)")
     args = ap.parse_args()
+    if args.capped:
+        capped(args.capped, args.servers, args.cvs, args.jobs)
+        return
     print(
         f"{'c':>3} {'load':>5} {'cv':>5} | {'p95 sim':>8} {'se%':>5} {'before%':>8} {'after%':>7}"
         f" | {'p99 sim':>8} {'se%':>5} {'before%':>8} {'after%':>7}"

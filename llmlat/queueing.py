@@ -401,18 +401,19 @@ def mgc_response_quantile(
     """Approximate M/G/c response-time quantiles: gamma service plus an interpolated wait.
 
     The service time is gamma with mean ``1 / mu`` and coefficient of variation ``cv_s``, and
-    independent of the request's wait (FCFS). For ``cv_s <= 1`` the wait interpolates in
-    ``cv_s**2`` between the exact M/D/c wait (constant service ``1 / mu``; Crommelin's law,
+    independent of the request's wait (FCFS). One server: the exact M/G/1 wait at any CV
+    (:func:`_mg1_wait`). Several, ``cv_s <= 1``: the wait interpolates in ``cv_s**2`` between
+    the exact M/D/c wait (constant service ``1 / mu``; Crommelin's law,
     :func:`_mdc_wait_tail`) and the exact M/M/c wait, as Cosmetatos and Kimura interpolate the
     mean: the probability of waiting linearly, and the wait given that at each tail
-    probability (:func:`_mgc_interpolated_wait`); exact at CV 0 and 1. For ``cv_s > 1`` a
-    request waits with probability ``C(c, a)`` (Erlang C), then for an exponential time with
-    Allen-Cunneen's mean. Near-constant service waits less often than Erlang C says, and not
-    exponentially: that law (used for every CV until issue 10u) read the p95 of 16 servers at
-    CV 0.05 and 70-80% load 1.7-2.6% low and one server's 4-8% high; this one is within 1% of
-    10^7-request simulations at the p95 and 1.4% at the p99 for c in {1, 4, 16, 64}, loads
-    50-95% and CV 0.05-1, as close as the exact M/M/c law reads against the same simulations
-    (``benchmarks/bench_mgc.py``).
+    probability (:func:`_mgc_interpolated_wait`); exact at CV 0 and 1. Several, ``cv_s >
+    1``: a request waits with probability ``C(c, a)`` (Erlang C), then for an exponential time
+    with Allen-Cunneen's mean. Against 5-10 x 10^6-request simulations
+    (``benchmarks/bench_mgc.py``, c in {1, 4, 16, 64}, loads 50-90%): within 1% at the p95
+    and 1.4% at the p99 for CV 0.05-1, and 1.5% and 1.8% for CV 1.5-2 (at 95% load the
+    simulation's own error is 1.5-4%). Erlang C with an exponential wait at every CV (the
+    law until issue 10u) read 16 servers at CV 0.05 1.7-2.6% low and one server's 4-8% high,
+    and one server at CV 2 3.7% (p95) and 6.4% (p99) low.
 
     Parameters
     ----------
@@ -436,7 +437,7 @@ def mgc_response_quantile(
         raise ValueError("cv_s: coefficient of variation must be > 0")
     q_arr, lam_arr = np.broadcast_arrays(_arr(q), _arr(lam))
     stable = lam_arr < c * mu
-    if cv_s > 1.0:
+    if cv_s > 1.0 and c > 1:
         pw = np.where(stable, erlang_c(c, np.where(stable, lam_arr, 0.0) / mu), 1.0)
         # conditional wait ~ Exp(theta), theta = P(wait) / Wq
         theta = np.where(stable, 2.0 * (c * mu - lam_arr) / (1.0 + cv_s**2), 1.0)
@@ -455,9 +456,12 @@ _NODES = tuple(0.5 * v for v in np.polynomial.legendre.leggauss(256))
 
 
 def _mgc_interpolated_quantile(q: np.ndarray, lam: float, mu: float, c: int, cv_s: float):
-    """Quantiles of :func:`mgc_response_quantile`'s law for ``cv_s <= 1`` at one stable rate."""
+    """Quantiles of :func:`mgc_response_quantile`'s law at one stable rate (c = 1 or CV <= 1)."""
     shape = 1.0 / cv_s**2
-    pw, log_tail, mean_wait = _mgc_interpolated_wait(lam, mu, c, cv_s**2)
+    if c == 1:
+        pw, log_tail, mean_wait = _mg1_wait(lam, mu, cv_s)
+    else:
+        pw, log_tail, mean_wait = _mgc_interpolated_wait(lam, mu, c, cv_s**2)
     nodes, weights = _NODES
     service = special.gammaincinv(shape, nodes + 0.5) / (shape * mu)
 
@@ -510,6 +514,63 @@ def _mgc_interpolated_wait(
     mean_d = float(_mdc_queue_mean(a, c)) / lam / wait_d if wait_d > 0 else 0.0
     pw = (1.0 - w) * wait_d + w * wait_m
     return pw, log_tail, pw * ((1.0 - w) * mean_d + w / theta)
+
+
+def _mg1_wait(
+    lam: float, mu: float, cv_s: float
+) -> tuple[float, Callable[[np.ndarray], np.ndarray], float]:
+    """Tabulate the exact M/G/1 FCFS wait, gamma service (mean ``1 / mu``, CV ``cv_s``).
+
+    Pollaczek-Khinchine as a compound geometric sum (Benes): the wait is the sum of
+    ``N ~ Geometric`` (``P(N = n) = (1 - rho) rho^n``) independent equilibrium residual
+    services, density ``mu (1 - B(r))``; on a grid that is one FFT, ``(1 - rho) / (1 - rho
+    R(w))``. The grid reaches where the tail, decaying at the rate ``eta`` that solves
+    ``lam (E[exp(eta S)] - 1) = eta``, is below 1e-13 of the probability of waiting.
+
+    Returns
+    -------
+    tuple
+        As :func:`_mgc_interpolated_wait`: ``(p_wait, log_tail, mean_wait)``.
+    """
+    rho, shape = lam / mu, 1.0 / cv_s**2
+    rate = shape * mu
+    if rho <= 0.0:  # nobody waits
+        return 0.0, lambda t: np.zeros(np.shape(t)), 0.0
+
+    # eta = rate (1 - e^-y): lam (E[exp(eta S)] - 1) - eta, increasing past its root in y
+    def excess(y: float) -> float:
+        with np.errstate(over="ignore"):  # inf past the root is still past it
+            return lam * np.expm1(shape * y) + rate * np.expm1(-y)
+
+    low = top = 1.0  # excess < 0 between 0 and its root, > 0 past it
+    while excess(top) <= 0.0:
+        low, top = top, 2.0 * top
+    while excess(low) >= 0.0:
+        low *= 0.5
+    eta = -rate * np.expm1(-optimize.brentq(excess, low, top))
+    far = 30.0 / eta + 8.0 / rate
+    n = int(min(1 << 14, max(1 << 10, np.ceil(far * mu * 32.0))))
+    h = far / n
+
+    def residual_cdf(t: np.ndarray) -> np.ndarray:  # mu E[min(S, t)]
+        return mu * t * special.gammaincc(shape, rate * t) + special.gammainc(shape + 1.0, rate * t)
+
+    # each grid point holds the residual's mass within half a step of it
+    edges = residual_cdf((np.arange(n) + 0.5) * h)
+    mass = np.diff(edges, prepend=0.0)
+    spec = np.fft.rfft(mass, 2 * n)
+    wait = np.fft.irfft((1.0 - rho) / (1.0 - rho * spec), 2 * n)[:n]
+    tail = 1.0 - np.cumsum(wait)  # P(W > (i + 1/2) h)
+    x = (np.arange(n) + 0.5) * h
+    keep = tail > 1e-13 * rho
+    level = np.log(np.clip(tail[keep], 1e-300, None) / rho)
+    x = np.concatenate([[0.0], x[keep]])
+    level = np.concatenate([[0.0], level])
+
+    def log_tail(t: np.ndarray) -> np.ndarray:
+        return np.interp(t, x, level) - eta * np.clip(t - x[-1], 0.0, None)
+
+    return rho, log_tail, rho * (1.0 + cv_s**2) / (2.0 * (mu - lam))
 
 
 def _invert_smooth_cdf(
@@ -707,7 +768,7 @@ def _service_plus_wait_quantile(
         return (1.0 - pw) * served + pw * waited
 
     scale = 1.0 / mu + pw / theta
-    return invert_cdf(cdf, q, scale)
+    return _invert_smooth_cdf(cdf, q, float(np.max(scale, initial=1.0 / mu)))
 
 
 def closed_mgc_response_quantile(

@@ -385,6 +385,25 @@ def test_mgc_quantiles_reach_the_exact_md1_and_mmc_laws():
     assert np.all(np.diff(spread) > 0)
 
 
+@pytest.mark.parametrize("cv", [0.3, 2.0])
+def test_one_server_open_law_is_pollaczek_khinchines(cv):
+    # the exact M/G/1 wait (Benes' geometric sum of residual services, on a grid): its tail's
+    # integral is Pollaczek-Khinchine's mean wait, and the response adds one service
+    lam, mu = 1.5, 2.0
+    pw, log_tail, mean = q._mg1_wait(lam, mu, cv)
+    assert pw == pytest.approx(lam / mu) and mean == pytest.approx(
+        lam / mu * (1 + cv**2) / (2 * (mu - lam))
+    )
+    x = np.linspace(0.0, 60.0 * mean / pw, 200_001)
+    assert integrate.trapezoid(pw * np.exp(log_tail(x)), x) == pytest.approx(mean, rel=1e-4)
+    probs = (np.arange(2000) + 0.5) / 2000  # the response's mean from its quantile function
+    assert q.mgc_response_quantile(probs, lam, mu, 1, cv).mean() == pytest.approx(
+        1 / mu + mean, rel=0.01
+    )
+    idle = sps.gamma(1 / cv**2, scale=cv**2 / mu).ppf(0.95)  # no load: the service alone
+    assert q.mgc_response_quantile(0.95, 0.0, mu, 1, cv) == pytest.approx(idle, rel=1e-6)
+
+
 def test_mgc_quantiles_of_near_constant_service_against_a_long_simulation():
     # 16 servers at CV 0.05, 70% and 80% load, 300,000 requests each: the sample p95's own
     # error is 0.2-0.5% (bench_mgc's long runs: the law is within 0.3% there). Erlang C with
