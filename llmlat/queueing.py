@@ -748,12 +748,17 @@ def _mdc_wait_tail(x: np.ndarray, a: float, c: int, queue: np.ndarray, r: float)
     return (arrivals * np.where(j >= 0, beyond, 1.0)).sum(axis=-1)
 
 
+#: Gauss-Legendre nodes and weights on [-1, 1] for the service-plus-wait integral: computed
+#: once, as a plan evaluates that law at hundreds of loads
+_LEGENDRE_64 = np.polynomial.legendre.leggauss(64)
+
+
 def _service_plus_wait_quantile(
     q: np.ndarray, mu: float, cv_s: float, pw: np.ndarray, theta: np.ndarray
 ) -> np.ndarray:
     """Quantiles of S + W: S gamma (mean 1/mu, CV cv_s); W = 0 w.p. 1 - pw, else Exp(theta)."""
     shape = 1.0 / cv_s**2
-    nodes, weights = np.polynomial.legendre.leggauss(64)
+    nodes, weights = _LEGENDRE_64
     pw, theta = np.broadcast_to(pw, q.shape), np.broadcast_to(theta, q.shape)
     theta = np.where(pw > 0, theta, 1.0)
 
