@@ -179,13 +179,19 @@ def test_a_batch_fits_slot_set_of_several_values_is_said(bench):
     # 4 seeds), which the fit did not say: now a note and advice, the levels around the knee
     # and a level of 129 clients (they wait for a slot only if slots < 129)
     cell = {c.name: c for c in bench._cells()}["batch-closed-s128"]
-    res = llmlat.fit(cell.simulate(1000), model="batch")
+    data = cell.simulate(1000)
+    res = llmlat.fit(data, model="batch")
     assert tuple(res.conf_int().loc["slots"]) == (128, 129)
     assert bench.c_told(res, 128) == {"c_told": 1.0, "c_silent": 0.0}
     rows = res.next_levels()
     assert rows["param"].eq("slots").all() and 129 in set(rows["level"])
     assert (rows["requests"] >= rows["measured"]).all()
     assert any(n.startswith("slots = 128 is one of 128..129 (95% set)") for n in res.notes)
+    # --follow measures each advised level (clients) for its requests, as closed levels
+    more = bench.follow(cell, data, rows, 0)
+    sizes = more.groupby("level").size()
+    for level, n in zip(rows["level"], rows["requests"], strict=True):
+        assert sizes[level] == n
 
 
 @pytest.mark.parametrize(

@@ -302,8 +302,13 @@ def test_every_request_failed():
 
 def test_no_saturation_says_what_to_measure():
     req = mmc_closed_requests([1, 2, 4, 8], mu=1.0, c=64, n=500, seed=2)
-    with pytest.raises(ValueError, match=r"no saturation reached.*higher concurrency"):
+    with pytest.raises(ValueError, match=r"no saturation reached.*higher concurrency") as err:
         fit(req, model="mmc")
+    # the refusal's advice, as a fit's next_levels(): levels and how many requests each
+    advice = err.value.next_levels()
+    assert list(advice["level"]) == [16, 32] and advice["param"].eq("c").all()
+    assert list(advice["requests"]) == [1000, 2000]  # the top level's 500, per client
+    assert "about 1,000 and 2,000 requests" in str(err.value)
 
 
 def test_bad_arguments_name_the_field():

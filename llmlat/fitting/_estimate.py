@@ -610,7 +610,7 @@ def _served(lv: pd.DataFrame, cv: float | None, service: float) -> tuple[np.ndar
     exponential service (a Poisson count over any window) and per-level tables.
     """
     x = lv["throughput_rps"].to_numpy(dtype=np.float64)
-    n = np.fmax(lv["n"].to_numpy(dtype=np.float64), 1.0)
+    n = np.fmax(_counted(lv), 1.0)
     se_x = _throughput_se(x, n, 1.0 if cv is None else cv, x * service)
     if cv is None or "slope_rps" not in lv:
         return x, se_x
@@ -897,25 +897,124 @@ def _lack_of_fit(problem: _Problem, est: _Estimate) -> _Estimate:
     return replace(est, cov=cov, dof=dof, phi=phi)
 
 
+#: the columns of what to measure next (:meth:`FitResult.next_levels`) and their types
+ADVICE_COLUMNS = {
+    "param": "string",
+    "level": "float64",
+    "requests": "float64",
+    "measured": "float64",
+    "why": "string",
+}
+
+
+def advice_table(rows: list[dict]) -> pd.DataFrame:
+    """Return rows of advice (dicts with :data:`ADVICE_COLUMNS`) as a typed table."""
+    return pd.DataFrame(rows, columns=list(ADVICE_COLUMNS)).astype(ADVICE_COLUMNS)
+
+
+def round_up(n: float) -> float:
+    """Round a count of requests up to two significant digits (advice, not a measurement)."""
+    if not n > 0 or not np.isfinite(n):
+        return float(n)
+    step = 10.0 ** max(0, int(np.floor(np.log10(n))) - 1)
+    return float(np.ceil(n / step) * step)
+
+
+class NeedsData(ValueError):
+    """A fit refused for want of data; ``next_levels()`` tabulates what to measure, as a fit's.
+
+    The message says the same in words, with the request counts.
+    """
+
+    def __init__(self, message: str, advice: list[dict]):
+        super().__init__(message)
+        self.advice = advice
+
+    def next_levels(self) -> pd.DataFrame:
+        """Return what to measure next, as :meth:`FitResult.next_levels` does."""
+        return advice_table(self.advice)
+
+
 def _check_saturation(model: Model, obs: Observed, cache: dict, hi: int) -> None:
     if model.family != "mmc" or hi not in cache:
         return
     best = max(cache, key=lambda j: cache[j][1])
     if cache[hi][1] >= cache[best][1] - 1.92:
-        lv = obs.levels["level"]
+        lv = obs.levels
+        top, sent = float(lv["level"].max()), sent_requests(lv, obs.kind)
         what = "concurrency" if obs.kind == "concurrency" else "request rate"
         cut = _cut_short(obs)
         if cut:
-            raise ValueError(
+            row = lv[_short(lv)].iloc[-1]
+            # its start-up lasts as long whatever the length: twice its sends hold a steady
+            # part about as long as the start-up
+            n = round_up(2 * float(row["n_sent"]))
+            level = float(row["level"])
+            why = "a steady part at least as long as its start-up"
+            advice = [advice_row("c", level, n, float(row["n_sent"]), why)]
+            raise NeedsData(
                 f"level: no capacity measured: {cut}; the other levels do not bound the "
-                "number of servers c. Measure that level longer, so that it holds a steady "
-                "part at least as long as its start-up"
+                f"number of servers c. Measure that level longer, about {n:,.0f} requests, "
+                f"so that it holds {why}",
+                advice,
             )
-        raise ValueError(
-            f"level: no saturation reached between {lv.min():g} and {lv.max():g} "
+        # as the fit's advice when c is not identified (no saturation): the top level's
+        # length (a closed level's per client)
+        n_top = float(sent[np.isclose(lv["level"], top)].iloc[0])
+        why = "until throughput stops growing"
+        closed = obs.kind == "concurrency"
+        advice = [
+            advice_row("c", v, round_up(n_top * v / top if closed else n_top), 0.0, why)
+            for v in (2 * top, 4 * top)
+        ]
+        raise NeedsData(
+            f"level: no saturation reached between {lv['level'].min():g} and {top:g} "
             f"({obs.kind}); the number of servers c is not bounded by the data. Measure at a "
-            f"higher {what} (e.g. up to {4 * lv.max():g}) until throughput stops growing"
+            f"higher {what} (e.g. {2 * top:g} and {4 * top:g}, about "
+            f"{advice[0]['requests']:,.0f} and {advice[1]['requests']:,.0f} requests) until "
+            "throughput stops growing",
+            advice,
         )
+
+
+def advice_row(param: str, level: float, requests: float, measured: float, why: str) -> dict:
+    """One row of advice (:data:`ADVICE_COLUMNS`)."""
+    return {"param": param, "level": level, "requests": requests, "measured": measured, "why": why}
+
+
+def sent_requests(lv: pd.DataFrame, kind: str) -> pd.Series:
+    """Return the requests sent at each level of a per-level table.
+
+    ``n_sent`` where recorded, else the steady ones (``n``); a closed level's start-up, its
+    first round of N, too.
+    """
+    n = lv["n_sent"] if "n_sent" in lv else lv["n"]
+    return n + lv["level"] if kind == "concurrency" else n
+
+
+def _counted(lv: pd.DataFrame) -> np.ndarray:
+    """Return the completions each level's throughput rests on.
+
+    Its steady window's (``n_slope``, :func:`llmlat.stats.completion_slope`), else its
+    steady rows (``n``).
+    """
+    n = lv["n"].to_numpy(dtype=np.float64)
+    if "n_slope" not in lv:
+        return n
+    m = lv["n_slope"].to_numpy(dtype=np.float64)
+    return np.where(np.isfinite(m), m, n)
+
+
+def _short(lv: pd.DataFrame) -> np.ndarray:
+    """Return the overloaded levels whose window counts too few of their requests.
+
+    Fewer than :data:`MIN_WINDOW_SHARE` of them.
+    """
+    if "overloaded" not in lv or "n_sent" not in lv:
+        return np.zeros(len(lv), bool)
+    return lv["overloaded"].to_numpy(bool) & (
+        _counted(lv) < MIN_WINDOW_SHARE * lv["n_sent"].to_numpy(dtype=np.float64)
+    )
 
 
 def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
@@ -993,18 +1092,14 @@ def _cut_short(obs: Observed) -> str:
     places filling at 120% load on 64 servers: 1 steady request of 1,523). '' if none.
     """
     lv = obs.levels
-    if "overloaded" not in lv or "n_sent" not in lv:
-        return ""
-    short = lv["overloaded"].to_numpy(bool) & (
-        lv["n"].to_numpy(dtype=np.float64)
-        < MIN_WINDOW_SHARE * lv["n_sent"].to_numpy(dtype=np.float64)
-    )
+    short = _short(lv)
     if not short.any():
         return ""
     row = lv[short].iloc[-1]
     return (
         f"level {row['level']:g} was past capacity (served {row['throughput_rps']:.3g} of "
-        f"{offered_rate(lv[short])[-1]:.3g} req/s offered), but only {row['n']:.0f} of its "
-        f"{row['n_sent']:,.0f} requests came after its start-up transient (its queue was "
-        "still filling), too few for its throughput to bound the capacity"
+        f"{offered_rate(lv[short])[-1]:.3g} req/s offered), but only "
+        f"{_counted(lv[short])[-1]:.0f} of its {row['n_sent']:,.0f} requests completed in a "
+        "steady window after its start-up (its queue was still filling), too few for its "
+        "throughput to bound the capacity"
     )

@@ -12,7 +12,16 @@ from statsmodels.iolib.summary2 import Summary
 
 from llmlat._aggregate import QUANTILES, resample
 from llmlat._models import Model
-from llmlat.fitting._estimate import _Estimate, _estimate, _overhead, _Problem
+from llmlat.fitting._estimate import (
+    _Estimate,
+    _estimate,
+    _overhead,
+    _Problem,
+    advice_row,
+    advice_table,
+    sent_requests,
+)
+from llmlat.fitting._estimate import round_up as _round_up
 from llmlat.fitting._plan import Plan, _min_or_none, attainment_bound, declared_limit
 
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
@@ -356,19 +365,12 @@ class FitResult:
             ``requests`` (to measure at that level in all; NaN when the data give no count),
             ``measured`` (requests sent there: 0 for a new level) and ``why``.
         """
-        cols = {"param": "string", "level": "float64", "requests": "float64"}
-        cols |= {"measured": "float64", "why": "string"}
-        return pd.DataFrame(self._advice, columns=list(cols)).astype(cols)
+        return advice_table(self._advice)
 
     def _ask(self, param: str, level: float, requests: float, why: str) -> dict:
         """Add one row of :meth:`next_levels` and return it (the note's text is made from it)."""
-        row = {
-            "param": param,
-            "level": float(level),
-            "requests": float(requests),
-            "measured": self._measured(level) if np.isfinite(level) else np.nan,
-            "why": why,
-        }
+        measured = self._measured(level) if np.isfinite(level) else np.nan
+        row = advice_row(param, float(level), float(requests), measured, why)
         self._advice.append(row)
         return row
 
@@ -378,9 +380,7 @@ class FitResult:
         A closed level's steady-state ones and its start-up, the first round of N.
         """
         lv = self._problem.all.levels
-        n = lv["n_sent"] if "n_sent" in lv else lv["n"]
-        if self.kind == "concurrency":
-            n = n + lv["level"]
+        n = sent_requests(lv, self.kind)
         at = n[np.isclose(lv["level"].to_numpy(dtype=np.float64), level)]
         return float(at.iloc[0]) if len(at) else 0.0
 
@@ -1216,14 +1216,6 @@ class FitResult:
     def __repr__(self) -> str:
         ps = self._params_text()
         return f"<FitResult {self.model} ({self.kind}, {self.method}): {ps}; aic={self.aic:.4g}>"
-
-
-def _round_up(n: float) -> float:
-    """Round a count of requests up to two significant digits (advice, not a measurement)."""
-    if not n > 0 or not np.isfinite(n):
-        return float(n)
-    step = 10.0 ** max(0, int(np.floor(np.log10(n))) - 1)
-    return float(np.ceil(n / step) * step)
 
 
 def _and(values, fmt: str = "g") -> str:
