@@ -100,11 +100,16 @@ class _Problem:
             self.lam_over = offered_rate(obs.levels)[flag]
             self.level_over = obs.levels["level"].to_numpy(dtype=np.float64)[flag]
         if len(self.obs.levels) == 0:
-            raise ValueError(
+            # a level at half the capacity, as long as the longest measured
+            level = float(f"{0.5 * np.nanmax(self.x_over):.3g}")
+            n = round_up(float(sent_requests(obs.levels, obs.kind).max()))
+            why = "the service time, below capacity"
+            raise NeedsData(
                 "level: every level is overloaded (throughput short of the offered rate); "
                 "the capacity is about "
                 f"{np.nanmax(self.x_over):.3g} req/s, but the service time needs levels below "
-                "it: measure at lower rates"
+                f"it: measure at lower rates (e.g. {level:g} req/s for about {n:,.0f} requests)",
+                [advice_row("mu", level, n, 0.0, why)],
             )
         obs = self.obs
         lv = obs.levels

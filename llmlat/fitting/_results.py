@@ -414,9 +414,10 @@ class FitResult:
         variances fall as their own counts, so c's spread reaches :data:`_SD_PINNED` at
         ``c^2 (n_x rel_x^2 + n_l rel_l^2) / sd^2`` requests each. :meth:`_growth` scales the
         whole profile, but the levels the advice does not lengthen keep their share of its
-        curvature, and a level past capacity counts only its window (half of a growing
-        queue's completions): at open c = 64 the spread after following it was 0.23-0.30,
-        not 0.215 (c exact 46 of 50). 0 when the fit measured no throughput at ``top``.
+        curvature, and a level past capacity counts only the completions while its servers
+        are all busy (:func:`llmlat.stats.completion_slope`'s ``n``): at open c = 64 the
+        spread after following the profile alone was 0.23-0.30, not 0.215 (c exact 46 of
+        50). 0 when the fit measured no throughput at ``top``.
         """
         pr = self._problem
         if self._model.family != "mmc":
