@@ -636,7 +636,7 @@ _FULL = 7.0
 
 
 def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
-    """Levels behind a queue cap past capacity, with a measured service CV.
+    """Levels behind a queue cap past capacity whose servers never idle.
 
     Those served clearly less than offered (the rule of an uncapped level's overload,
     :func:`llmlat._aggregate.served_short`, so it does not depend on c), behind a system of at
@@ -647,13 +647,18 @@ def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
     keeps the c servers busy (near-constant service behind 8 places or more hardly ever
     empties it), which complete a renewal process whatever the arrivals did. Such a level
     counts by its throughput, as an overloaded one, instead of its refusals, which hold the
-    same served count. With exponential service the departures are as noisy as the arrivals
-    (the refused count's variance is about half each), so the throughput adds little (c
-    exact 10 -> 11 of 20 at c = 16) and the M/M/c/K chain's idle servers belong in it: its
-    refusals stay.
+    same served count. With exponential service (no CV measured: 1) the departures are as
+    noisy as the arrivals (the refused count's variance is about half each), so the
+    throughput adds little (c exact 10 -> 11 of 20 at c = 16, where the buffer of 32 places
+    empties too often for the rule below and the M/M/c/K chain's idle servers belong in it:
+    its refusals stay); but at c = 64 behind 128 places the servers never idle, and the
+    fit's advice on c can then ask what the throughput's own error needs
+    (:meth:`FitResult._pair_requests`), as an open level's, instead of scaling the
+    profile's curvature, which asked for 270,000-480,000 requests a level where 190,000-
+    240,000 pin c.
     """
     lv = obs.levels
-    if "cv_s" not in fixed or fixed.get("k_sys", 0) < _DIFFUSE or "n_refused" not in lv:
+    if fixed.get("k_sys", 0) < _DIFFUSE or "n_refused" not in lv:
         return np.zeros(len(lv), bool)
     past = served_short(lv) & (lv["n_refused"].to_numpy(dtype=np.float64) > 0)
     # the servers never idle: the queue's diffusion past capacity, drift lambda - x and
@@ -664,7 +669,7 @@ def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
     lam = offered_rate(lv)
     busy = x * float(lv.loc[~past, "mean_s"].iloc[0]) if (~past).any() else np.inf
     with np.errstate(divide="ignore", invalid="ignore"):
-        depth = 2 * (lam - x) * (fixed["k_sys"] - busy) / (lam + x * fixed["cv_s"] ** 2)
+        depth = 2 * (lam - x) * (fixed["k_sys"] - busy) / (lam + x * fixed.get("cv_s", 1.0) ** 2)
     return past & (depth > _FULL)
 
 

@@ -38,8 +38,8 @@ _STEP_MISFIT = 6.0
 #: following the advice (``bench_calibration.py --follow``): c exact in 0.96-1.00 of seeds
 #: (see :meth:`FitResult.next_levels`). With the profile's curvature alone 0.92-0.96 (open
 #: c = 64: 46 of 50, 17 of its first 20), as the levels the advice does not lengthen keep their
-#: share of it and a level past capacity counts half its completions: an open sweep's two
-#: advised levels are now asked what their own errors need (:meth:`FitResult._pair_requests`).
+#: share of it and a level past capacity then counted half its completions: an open sweep's
+#: two advised levels are now asked what their own errors need (:meth:`FitResult._pair_requests`).
 _SD_PINNED = 0.5 / float(stats.norm.ppf(0.99))
 
 #: What to measure to pin down a parameter the data leave open.
