@@ -351,9 +351,11 @@ class FitResult:
           profile likelihood's curvature, which shrinks as the requests grow; in an open
           M/M/c sweep at least what the two advised levels' own errors need for c = X / mu):
           following it gave the true c in 96-100% of simulated sweeps with exponential service
-          (`benchmarks/bench_calibration.py --follow`, 20-50 seeds: open c = 16 48 of 49, 64
-          50 of 50; capped c = 16 49 of 50, 64 19 of 19; closed c = 64 48 of 50, the two
-          misses pinned at 63 before any advice);
+          (`benchmarks/bench_calibration.py --follow`, 20-50 seeds: open c = 16 48 of 49, 20
+          of 20 at about 22,000 more requests, 64 50 of 50, 20 of 20 at about 390,000;
+          capped c = 16 49 of 50, 64 20 of 20 at about 430,000; closed c = 64 48 of 50, the
+          two misses pinned at 63 before any advice; batching, 32 slots, latency only: 18 of
+          20, the two misses pinned wrong before any advice);
         - a continuous parameter is not identified (``param`` names it): the lightest level
           for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
 
