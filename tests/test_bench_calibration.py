@@ -273,3 +273,14 @@ def test_closed_quantile_spreads_the_wait_by_the_servers_phases(bench):
     sim, _ = bench.simulated_p95("concurrency", 5, 4, 0.05, None, 50_000)
     model = llmlat.queueing.closed_mgc_response_quantile(0.95, [5], bench.MU, 4, 0.0, 0.05)[0]
     assert model == pytest.approx(sim, rel=0.05)
+
+
+def test_follow_follows_what_a_refused_fit_said_to_measure(bench):
+    # two open levels below capacity: the fit refuses ("no saturation reached") and its error
+    # tabulates the levels to add and their lengths (next_levels()); --follow measures them
+    # and refits, as it follows a fit's advice
+    cell = replace({c.name: c for c in bench._cells()}["mmc-open-c16-cv1"], loads=(0.3, 0.6))
+    row = bench.run_seed(cell, 0, fit_only=True, follows=True)
+    assert row["failed"] == 1.0 and "no saturation reached" in row["error"]
+    assert row["followed"] == 1.0 and row["requests_after"] > 1000
+    assert row["c_after"][1] <= 16 <= row["c_after"][2]  # the refit bounds c
