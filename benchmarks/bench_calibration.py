@@ -59,9 +59,11 @@ What the data can say about c (``--oracle``, ``--scale K``, ``--open-loads``, ``
 throughput over the true mu, ``c_req`` the exact likelihood of the number of requests in flight
 over time (exponential service; mu estimated). ``--scale K`` makes every level K times longer.
 
-Is the fit's advice enough (``--follow``, M/M/c cells)? Where a fit's c is not pinned, the
-levels and lengths its ``FitResult.next_levels()`` names are simulated (seeded, exactly; a
-level of the sweep measured again that long replaces it) and the sweep refitted:
+Is the fit's advice enough (``--follow``)? Where a fit's integer (c, or the slot cap) is not
+pinned, the levels and lengths its ``FitResult.next_levels()`` names are simulated (seeded,
+exactly; a level of the sweep measured again that long replaces it; batching cells: a closed
+level of that many clients and requests) and the sweep refitted; a fit that refused the data
+is followed the same way where its error tabulates what to measure (``next_levels()``):
 ``c_exact_after`` and ``c_cover_after`` (every seed; one the fit asked nothing of keeps its
 answer, so a pinned wrong one stays wrong; judged against 0.9 as c_exact), ``followed``
 (seeds advised), ``pinned_after`` (advised seeds whose c set is then one value),
@@ -141,21 +143,14 @@ class Cell:
     def simulate(self, seed: int):
         if self.family == "batch":  # each level at llmlat's default length, no warmup
             parts = [
-                batch_closed_requests(
-                    [n],
-                    self.c,
-                    0.02,
-                    0.002,
-                    40,
-                    n=round(self.scale * (default_length("concurrency", n)[0] or 0)),
-                    seed=seed * 1000 + n,
-                    warmup=0,
-                    drain=True,  # a sweep's closed level ends as its last requests finish
+                self.batch_level(
+                    n,
+                    round(self.scale * (default_length("concurrency", n)[0] or 0)),
+                    seed * 1000 + n,
                 )
                 for n in self.levels()
             ]
-            data = pd.concat(parts, ignore_index=True)
-            return data if self.streamed else data.drop(columns=["itl_mean_s"])
+            return pd.concat(parts, ignore_index=True)
         return mgc_sweep(
             self.kind,
             self.levels(),
@@ -166,6 +161,21 @@ class Cell:
             seed=seed,
             length=self.scale,
         )
+
+    def batch_level(self, clients: int, requests: int, seed: int) -> pd.DataFrame:
+        """One closed level of the batching truth: ``requests`` from ``clients``, no warmup."""
+        data = batch_closed_requests(
+            [clients],
+            self.c,
+            0.02,
+            0.002,
+            40,
+            n=requests,
+            seed=seed,
+            warmup=0,
+            drain=True,  # a sweep's closed level ends as its last requests finish
+        )
+        return data if self.streamed else data.drop(columns=["itl_mean_s"])
 
     def truth(self) -> dict[str, float]:
         if self.family == "batch":
@@ -384,10 +394,13 @@ def follow(cell: Cell, data: pd.DataFrame, advice: pd.DataFrame, seed: int) -> p
     keep = np.ones(len(data), dtype=bool)
     parts = []
     for i, (level, n) in enumerate(zip(advice["level"], advice["requests"], strict=True)):
+        keep &= ~np.isclose(levels, level)
+        if cell.family == "batch":  # a closed level of that many clients and requests
+            parts.append(cell.batch_level(int(level), int(n), 10**6 + 1000 * seed + i))
+            continue
         reqs, dur = default_length(cell.kind, level)
         # an open level's default length is a duration: n arrivals at its rate
         length = n / reqs if reqs else n / (level * dur)
-        keep &= ~np.isclose(levels, level)
         parts.append(
             mgc_sweep(
                 cell.kind,
@@ -404,23 +417,30 @@ def follow(cell: Cell, data: pd.DataFrame, advice: pd.DataFrame, seed: int) -> p
     return out.sort_values(["level", "t_sent"], kind="stable", ignore_index=True)
 
 
-def _followed(cell: Cell, data: pd.DataFrame, res, seed: int) -> dict:
-    """``--follow``: refit after the advice (c exact, c cover and requests after it)."""
+def _followed(cell: Cell, data: pd.DataFrame, res, seed: int, advice=None) -> dict:
+    """``--follow``: refit after the advice (c exact, c cover and requests after it).
+
+    ``advice``: what a fit that refused the data said to measure (its error's
+    ``next_levels()``), where ``res`` is None.
+    """
     truth = cell.c
-    advice = res.next_levels()
-    advice = advice[advice["param"].eq("c") & advice["requests"].notna()]
+    integer = "slots" if cell.family == "batch" else "c"
+    advice = res.next_levels() if advice is None else advice
+    advice = advice[advice["param"].eq(integer) & advice["requests"].notna()]
     row = {"followed": float(len(advice) > 0), "requests_after": 0.0}
     again = res
     if len(advice):
         more = follow(cell, data, advice, seed)
         row["requests_after"] = float(len(more) - len(data))
         try:
-            again = llmlat.fit(more, model="mmc")
+            again = llmlat.fit(more, model=cell.family)
         except ValueError:
-            return row | {"c_exact_after": 0.0, "c_cover_after": 0.0, "pinned_after": 0.0}
-    lo, hi = again.conf_int().loc["c"]
-    row["c_exact_after"] = float(again.params["c"] == truth)
-    row["c_after"] = (float(again.params["c"]), float(lo), float(hi))
+            again = None
+    if again is None:  # refused before and after, or after following
+        return row | {"c_exact_after": 0.0, "c_cover_after": 0.0, "pinned_after": 0.0}
+    lo, hi = again.conf_int().loc[integer]
+    row["c_exact_after"] = float(again.params[integer] == truth)
+    row["c_after"] = (float(again.params[integer]), float(lo), float(hi))
     row["c_cover_after"] = float(lo <= truth <= hi)
     if len(advice):
         row["pinned_after"] = float(lo == hi)
@@ -472,7 +492,7 @@ def run_seed(
     """Fit, compare and plan one seeded sweep of ``cell``: one row of the cell's figures.
 
     ``oracle`` adds :func:`_oracle`'s shares; ``fit_only`` skips ``model="auto"`` and the plan;
-    ``follows`` (M/M/c cells) adds :func:`_followed`'s.
+    ``follows`` adds :func:`_followed`'s.
     """
     warnings.simplefilter("ignore")
     truth = cell.truth()
@@ -484,7 +504,10 @@ def run_seed(
     except ValueError as exc:
         # a refusal that says what to measure says it cannot tell
         says = float("measure" in str(exc).lower())
-        return row | {"failed": 1.0, "error": str(exc)[:80], "c_told": says}
+        row |= {"failed": 1.0, "error": str(exc)[:80], "c_told": says}
+        if follows and hasattr(exc, "next_levels"):  # its advice, as a fit's
+            row |= _followed(cell, data, None, seed, exc.next_levels())
+        return row
     ci = res.conf_int()
     integer = "slots" if cell.family == "batch" else "c"
     row |= {
@@ -506,7 +529,7 @@ def run_seed(
     row["cover_n"] = float(len(covers))
     if oracle and cell.family == "mmc":
         row |= _oracle(cell, data, res)
-    if follows and cell.family == "mmc":
+    if follows:
         row |= _followed(cell, data, res, seed)
     if fit_only:
         return row
@@ -919,7 +942,7 @@ def main() -> None:
     ap.add_argument(
         "--follow",
         action="store_true",
-        help="M/M/c cells: follow each fit's advice (FitResult.next_levels) on c, refit",
+        help="follow each fit's advice (FitResult.next_levels) on c or slots, refit",
     )
     ap.add_argument(
         "--per-seed",

@@ -179,13 +179,19 @@ def test_a_batch_fits_slot_set_of_several_values_is_said(bench):
     # 4 seeds), which the fit did not say: now a note and advice, the levels around the knee
     # and a level of 129 clients (they wait for a slot only if slots < 129)
     cell = {c.name: c for c in bench._cells()}["batch-closed-s128"]
-    res = llmlat.fit(cell.simulate(1000), model="batch")
+    data = cell.simulate(1000)
+    res = llmlat.fit(data, model="batch")
     assert tuple(res.conf_int().loc["slots"]) == (128, 129)
     assert bench.c_told(res, 128) == {"c_told": 1.0, "c_silent": 0.0}
     rows = res.next_levels()
     assert rows["param"].eq("slots").all() and 129 in set(rows["level"])
     assert (rows["requests"] >= rows["measured"]).all()
     assert any(n.startswith("slots = 128 is one of 128..129 (95% set)") for n in res.notes)
+    # --follow measures each advised level (clients) for its requests, as closed levels
+    more = bench.follow(cell, data, rows, 0)
+    sizes = more.groupby("level").size()
+    for level, n in zip(rows["level"], rows["requests"], strict=True):
+        assert sizes[level] == n
 
 
 @pytest.mark.parametrize(
@@ -287,3 +293,14 @@ def test_closed_quantile_spreads_the_wait_by_the_servers_phases(bench):
     sim, _ = bench.simulated_p95("concurrency", 5, 4, 0.05, None, 50_000)
     model = llmlat.queueing.closed_mgc_response_quantile(0.95, [5], bench.MU, 4, 0.0, 0.05)[0]
     assert model == pytest.approx(sim, rel=0.05)
+
+
+def test_follow_follows_what_a_refused_fit_said_to_measure(bench):
+    # two open levels below capacity: the fit refuses ("no saturation reached") and its error
+    # tabulates the levels to add and their lengths (next_levels()); --follow measures them
+    # and refits, as it follows a fit's advice
+    cell = replace({c.name: c for c in bench._cells()}["mmc-open-c16-cv1"], loads=(0.3, 0.6))
+    row = bench.run_seed(cell, 0, fit_only=True, follows=True)
+    assert row["failed"] == 1.0 and "no saturation reached" in row["error"]
+    assert row["followed"] == 1.0 and row["requests_after"] > 1000
+    assert row["c_after"][1] <= 16 <= row["c_after"][2]  # the refit bounds c

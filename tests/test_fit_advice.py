@@ -121,8 +121,9 @@ def test_open_advice_asks_enough_of_the_two_levels_that_pin_c():
     # advised n requests each, they alone must give c the spread the advice aims at (0.215: c
     # exact in 98%). The profile's curvature alone asked for 12,263 here, which left c a spread
     # of 0.28: the levels it does not lengthen kept their share of that curvature, and the
-    # level past capacity counts about half its completions. At open c = 64 following it gave
-    # c exact in 46 of 50 seeds, with the two levels' own errors 50 of 50
+    # level past capacity counts only the completions while its servers are all busy
+    # (``n_slope``). At open c = 64 following it gave c exact in 46 of 50 seeds, with the two
+    # levels' own errors 50 of 50
     from scipy import stats
 
     rates = [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
@@ -130,7 +131,7 @@ def test_open_advice_asks_enough_of_the_two_levels_that_pin_c():
     (n,) = set(res.next_levels()["requests"])
     lv = res._problem.all.levels.set_index("level")
     top, light = lv.loc[rates[-1]], lv.loc[rates[0]]
-    var = top["n_sent"] / top["n"] + light["n"] * (light["se_mean_s"] / light["mean_s"]) ** 2
+    var = top["n_sent"] / top["n_slope"] + light["n"] * (light["se_mean_s"] / light["mean_s"]) ** 2
     spread = float(res.params["c"]) * np.sqrt(var / n)
     assert spread <= 0.5 / stats.norm.ppf(0.99) * 1.05
     assert n < 3 * 12_263  # not far past what it needs

@@ -302,8 +302,24 @@ def test_every_request_failed():
 
 def test_no_saturation_says_what_to_measure():
     req = mmc_closed_requests([1, 2, 4, 8], mu=1.0, c=64, n=500, seed=2)
-    with pytest.raises(ValueError, match=r"no saturation reached.*higher concurrency"):
+    with pytest.raises(ValueError, match=r"no saturation reached.*higher concurrency") as err:
         fit(req, model="mmc")
+    # the refusal's advice, as a fit's next_levels(): levels and how many requests each
+    advice = err.value.next_levels()
+    assert list(advice["level"]) == [16, 32] and advice["param"].eq("c").all()
+    assert list(advice["requests"]) == [1000, 2000]  # the top level's 500, per client
+    assert "about 1,000 and 2,000 requests" in str(err.value)
+
+
+def test_every_level_overloaded_says_what_to_measure():
+    from llmlat._synth import mgc_sweep
+
+    req = mgc_sweep("rate", [19.2, 24.0], 2.0, 8, seed=3)  # 120% and 150% of 16 req/s
+    with pytest.raises(ValueError, match=r"every level is overloaded.*lower rates") as err:
+        fit(req, model="mmc")
+    (row,) = err.value.next_levels().itertuples()
+    assert row.param == "mu" and 7 < row.level < 9  # half the capacity
+    assert row.requests >= 900 and f"about {row.requests:,.0f} requests" in str(err.value)
 
 
 def test_bad_arguments_name_the_field():

@@ -100,11 +100,16 @@ class _Problem:
             self.lam_over = offered_rate(obs.levels)[flag]
             self.level_over = obs.levels["level"].to_numpy(dtype=np.float64)[flag]
         if len(self.obs.levels) == 0:
-            raise ValueError(
+            # a level at half the capacity, as long as the longest measured
+            level = float(f"{0.5 * np.nanmax(self.x_over):.3g}")
+            n = round_up(float(sent_requests(obs.levels, obs.kind).max()))
+            why = "the service time, below capacity"
+            raise NeedsData(
                 "level: every level is overloaded (throughput short of the offered rate); "
                 "the capacity is about "
                 f"{np.nanmax(self.x_over):.3g} req/s, but the service time needs levels below "
-                "it: measure at lower rates"
+                f"it: measure at lower rates (e.g. {level:g} req/s for about {n:,.0f} requests)",
+                [advice_row("mu", level, n, 0.0, why)],
             )
         obs = self.obs
         lv = obs.levels
@@ -610,7 +615,7 @@ def _served(lv: pd.DataFrame, cv: float | None, service: float) -> tuple[np.ndar
     exponential service (a Poisson count over any window) and per-level tables.
     """
     x = lv["throughput_rps"].to_numpy(dtype=np.float64)
-    n = np.fmax(lv["n"].to_numpy(dtype=np.float64), 1.0)
+    n = np.fmax(_counted(lv), 1.0)
     se_x = _throughput_se(x, n, 1.0 if cv is None else cv, x * service)
     if cv is None or "slope_rps" not in lv:
         return x, se_x
@@ -631,7 +636,7 @@ _FULL = 7.0
 
 
 def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
-    """Levels behind a queue cap past capacity, with a measured service CV.
+    """Levels behind a queue cap past capacity whose servers never idle.
 
     Those served clearly less than offered (the rule of an uncapped level's overload,
     :func:`llmlat._aggregate.served_short`, so it does not depend on c), behind a system of at
@@ -642,13 +647,19 @@ def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
     keeps the c servers busy (near-constant service behind 8 places or more hardly ever
     empties it), which complete a renewal process whatever the arrivals did. Such a level
     counts by its throughput, as an overloaded one, instead of its refusals, which hold the
-    same served count. With exponential service the departures are as noisy as the arrivals
-    (the refused count's variance is about half each), so the throughput adds little (c
-    exact 10 -> 11 of 20 at c = 16) and the M/M/c/K chain's idle servers belong in it: its
-    refusals stay.
+    same served count. With exponential service (no CV measured: 1) the departures are as
+    noisy as the arrivals (the refused count's variance is about half each), so the
+    throughput adds little (c exact 10 -> 11 of 20 at c = 16); but at c = 64 behind 128
+    places the servers never idle, and the fit's advice on c can then ask what the
+    throughput's own error needs (:meth:`FitResult._pair_requests`), as an open level's,
+    instead of scaling the profile's curvature, which asked for 270,000-480,000 requests a
+    level where 190,000-240,000 pin c (following it: c exact 20 of 20 seeds either way).
+    There (about 23 by the rule below) c's 95% set still held the truth in 20 of 20 seeds;
+    at c = 16 behind 32 places (4-9) it narrowed past the truth in 2 of 20, so exponential
+    service counts by its throughput only at twice the near-constant depth.
     """
     lv = obs.levels
-    if "cv_s" not in fixed or fixed.get("k_sys", 0) < _DIFFUSE or "n_refused" not in lv:
+    if fixed.get("k_sys", 0) < _DIFFUSE or "n_refused" not in lv:
         return np.zeros(len(lv), bool)
     past = served_short(lv) & (lv["n_refused"].to_numpy(dtype=np.float64) > 0)
     # the servers never idle: the queue's diffusion past capacity, drift lambda - x and
@@ -658,9 +669,12 @@ def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
     x = lv["throughput_rps"].to_numpy(dtype=np.float64)
     lam = offered_rate(lv)
     busy = x * float(lv.loc[~past, "mean_s"].iloc[0]) if (~past).any() else np.inf
+    cv = fixed.get("cv_s")
+    spread = lam + x * (1.0 if cv is None else cv) ** 2
     with np.errstate(divide="ignore", invalid="ignore"):
-        depth = 2 * (lam - x) * (fixed["k_sys"] - busy) / (lam + x * fixed["cv_s"] ** 2)
-    return past & (depth > _FULL)
+        depth = 2 * (lam - x) * (fixed["k_sys"] - busy) / spread
+    # exponential service: only where the buffer is far deeper (see above)
+    return past & (depth > (_FULL if cv is not None else 2 * _FULL))
 
 
 def _information(obs: Observed) -> np.ndarray:
@@ -986,25 +1000,124 @@ def _lack_of_fit(problem: _Problem, est: _Estimate) -> _Estimate:
     return replace(est, cov=cov, dof=dof, phi=phi)
 
 
+#: the columns of what to measure next (:meth:`FitResult.next_levels`) and their types
+ADVICE_COLUMNS = {
+    "param": "string",
+    "level": "float64",
+    "requests": "float64",
+    "measured": "float64",
+    "why": "string",
+}
+
+
+def advice_table(rows: list[dict]) -> pd.DataFrame:
+    """Return rows of advice (dicts with :data:`ADVICE_COLUMNS`) as a typed table."""
+    return pd.DataFrame(rows, columns=list(ADVICE_COLUMNS)).astype(ADVICE_COLUMNS)
+
+
+def round_up(n: float) -> float:
+    """Round a count of requests up to two significant digits (advice, not a measurement)."""
+    if not n > 0 or not np.isfinite(n):
+        return float(n)
+    step = 10.0 ** max(0, int(np.floor(np.log10(n))) - 1)
+    return float(np.ceil(n / step) * step)
+
+
+class NeedsData(ValueError):
+    """A fit refused for want of data; ``next_levels()`` tabulates what to measure, as a fit's.
+
+    The message says the same in words, with the request counts.
+    """
+
+    def __init__(self, message: str, advice: list[dict]):
+        super().__init__(message)
+        self.advice = advice
+
+    def next_levels(self) -> pd.DataFrame:
+        """Return what to measure next, as :meth:`FitResult.next_levels` does."""
+        return advice_table(self.advice)
+
+
 def _check_saturation(model: Model, obs: Observed, cache: dict, hi: int) -> None:
     if model.family != "mmc" or hi not in cache:
         return
     best = max(cache, key=lambda j: cache[j][1])
     if cache[hi][1] >= cache[best][1] - 1.92:
-        lv = obs.levels["level"]
+        lv = obs.levels
+        top, sent = float(lv["level"].max()), sent_requests(lv, obs.kind)
         what = "concurrency" if obs.kind == "concurrency" else "request rate"
         cut = _cut_short(obs)
         if cut:
-            raise ValueError(
+            row = lv[_short(lv)].iloc[-1]
+            # its start-up lasts as long whatever the length: twice its sends hold a steady
+            # part about as long as the start-up
+            n = round_up(2 * float(row["n_sent"]))
+            level = float(row["level"])
+            why = "a steady part at least as long as its start-up"
+            advice = [advice_row("c", level, n, float(row["n_sent"]), why)]
+            raise NeedsData(
                 f"level: no capacity measured: {cut}; the other levels do not bound the "
-                "number of servers c. Measure that level longer, so that it holds a steady "
-                "part at least as long as its start-up"
+                f"number of servers c. Measure that level longer, about {n:,.0f} requests, "
+                f"so that it holds {why}",
+                advice,
             )
-        raise ValueError(
-            f"level: no saturation reached between {lv.min():g} and {lv.max():g} "
+        # as the fit's advice when c is not identified (no saturation): the top level's
+        # length (a closed level's per client)
+        n_top = float(sent[np.isclose(lv["level"], top)].iloc[0])
+        why = "until throughput stops growing"
+        closed = obs.kind == "concurrency"
+        advice = [
+            advice_row("c", v, round_up(n_top * v / top if closed else n_top), 0.0, why)
+            for v in (2 * top, 4 * top)
+        ]
+        raise NeedsData(
+            f"level: no saturation reached between {lv['level'].min():g} and {top:g} "
             f"({obs.kind}); the number of servers c is not bounded by the data. Measure at a "
-            f"higher {what} (e.g. up to {4 * lv.max():g}) until throughput stops growing"
+            f"higher {what} (e.g. {2 * top:g} and {4 * top:g}, about "
+            f"{advice[0]['requests']:,.0f} and {advice[1]['requests']:,.0f} requests) until "
+            "throughput stops growing",
+            advice,
         )
+
+
+def advice_row(param: str, level: float, requests: float, measured: float, why: str) -> dict:
+    """One row of advice (:data:`ADVICE_COLUMNS`)."""
+    return {"param": param, "level": level, "requests": requests, "measured": measured, "why": why}
+
+
+def sent_requests(lv: pd.DataFrame, kind: str) -> pd.Series:
+    """Return the requests sent at each level of a per-level table.
+
+    ``n_sent`` where recorded, else the steady ones (``n``); a closed level's start-up, its
+    first round of N, too.
+    """
+    n = lv["n_sent"] if "n_sent" in lv else lv["n"]
+    return n + lv["level"] if kind == "concurrency" else n
+
+
+def _counted(lv: pd.DataFrame) -> np.ndarray:
+    """Return the completions each level's throughput rests on.
+
+    Its steady window's (``n_slope``, :func:`llmlat.stats.completion_slope`), else its
+    steady rows (``n``).
+    """
+    n = lv["n"].to_numpy(dtype=np.float64)
+    if "n_slope" not in lv:
+        return n
+    m = lv["n_slope"].to_numpy(dtype=np.float64)
+    return np.where(np.isfinite(m), m, n)
+
+
+def _short(lv: pd.DataFrame) -> np.ndarray:
+    """Return the overloaded levels whose window counts too few of their requests.
+
+    Fewer than :data:`MIN_WINDOW_SHARE` of them.
+    """
+    if "overloaded" not in lv or "n_sent" not in lv:
+        return np.zeros(len(lv), bool)
+    return lv["overloaded"].to_numpy(bool) & (
+        _counted(lv) < MIN_WINDOW_SHARE * lv["n_sent"].to_numpy(dtype=np.float64)
+    )
 
 
 def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
@@ -1082,18 +1195,14 @@ def _cut_short(obs: Observed) -> str:
     places filling at 120% load on 64 servers: 1 steady request of 1,523). '' if none.
     """
     lv = obs.levels
-    if "overloaded" not in lv or "n_sent" not in lv:
-        return ""
-    short = lv["overloaded"].to_numpy(bool) & (
-        lv["n"].to_numpy(dtype=np.float64)
-        < MIN_WINDOW_SHARE * lv["n_sent"].to_numpy(dtype=np.float64)
-    )
+    short = _short(lv)
     if not short.any():
         return ""
     row = lv[short].iloc[-1]
     return (
         f"level {row['level']:g} was past capacity (served {row['throughput_rps']:.3g} of "
-        f"{offered_rate(lv[short])[-1]:.3g} req/s offered), but only {row['n']:.0f} of its "
-        f"{row['n_sent']:,.0f} requests came after its start-up transient (its queue was "
-        "still filling), too few for its throughput to bound the capacity"
+        f"{offered_rate(lv[short])[-1]:.3g} req/s offered), but only "
+        f"{_counted(lv[short])[-1]:.0f} of its {row['n_sent']:,.0f} requests completed in a "
+        "steady window after its start-up (its queue was still filling), too few for its "
+        "throughput to bound the capacity"
     )

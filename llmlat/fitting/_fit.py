@@ -447,7 +447,9 @@ def fit(
     ------
     ValueError
         When the data cannot identify the model (one level, every request failed, no
-        saturation), naming what to measure next, or for a bad argument.
+        saturation), naming what to measure next, or for a bad argument. Where the advice
+        is levels to measure, the error's ``next_levels()`` tabulates them with their
+        request counts, as :meth:`FitResult.next_levels` does.
     """
     if stat not in ("mean", "p50", "p95", "p99"):
         raise ValueError(f"stat: expected 'mean', 'p50', 'p95' or 'p99', got {stat!r}")

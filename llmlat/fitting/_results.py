@@ -13,7 +13,16 @@ from statsmodels.iolib.summary2 import Summary
 from llmlat import queueing
 from llmlat._aggregate import QUANTILES, resample
 from llmlat._models import Model
-from llmlat.fitting._estimate import _Estimate, _estimate, _overhead, _Problem
+from llmlat.fitting._estimate import (
+    _Estimate,
+    _estimate,
+    _overhead,
+    _Problem,
+    advice_row,
+    advice_table,
+    sent_requests,
+)
+from llmlat.fitting._estimate import round_up as _round_up
 from llmlat.fitting._plan import Plan, _min_or_none, attainment_bound, declared_limit
 
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
@@ -30,8 +39,8 @@ _STEP_MISFIT = 6.0
 #: following the advice (``bench_calibration.py --follow``): c exact in 0.96-1.00 of seeds
 #: (see :meth:`FitResult.next_levels`). With the profile's curvature alone 0.92-0.96 (open
 #: c = 64: 46 of 50, 17 of its first 20), as the levels the advice does not lengthen keep their
-#: share of it and a level past capacity counts half its completions: an open sweep's two
-#: advised levels are now asked what their own errors need (:meth:`FitResult._pair_requests`).
+#: share of it and a level past capacity then counted half its completions: an open sweep's
+#: two advised levels are now asked what their own errors need (:meth:`FitResult._pair_requests`).
 _SD_PINNED = 0.5 / float(stats.norm.ppf(0.99))
 
 #: What to measure to pin down a parameter the data leave open.
@@ -343,9 +352,11 @@ class FitResult:
           profile likelihood's curvature, which shrinks as the requests grow; in an open
           M/M/c sweep at least what the two advised levels' own errors need for c = X / mu):
           following it gave the true c in 96-100% of simulated sweeps with exponential service
-          (`benchmarks/bench_calibration.py --follow`, 20-50 seeds: open c = 16 48 of 49, 64
-          50 of 50; capped c = 16 49 of 50, 64 19 of 19; closed c = 64 48 of 50, the two
-          misses pinned at 63 before any advice);
+          (`benchmarks/bench_calibration.py --follow`, 20-50 seeds: open c = 16 48 of 49, 20
+          of 20 at about 22,000 more requests, 64 50 of 50, 20 of 20 at about 390,000;
+          capped c = 16 49 of 50, 64 20 of 20 at about 430,000; closed c = 64 48 of 50, the
+          two misses pinned at 63 before any advice; batching, 32 slots, latency only: 18 of
+          20, the two misses pinned wrong before any advice);
         - a continuous parameter is not identified (``param`` names it): the lightest level
           for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
 
@@ -357,19 +368,12 @@ class FitResult:
             ``requests`` (to measure at that level in all; NaN when the data give no count),
             ``measured`` (requests sent there: 0 for a new level) and ``why``.
         """
-        cols = {"param": "string", "level": "float64", "requests": "float64"}
-        cols |= {"measured": "float64", "why": "string"}
-        return pd.DataFrame(self._advice, columns=list(cols)).astype(cols)
+        return advice_table(self._advice)
 
     def _ask(self, param: str, level: float, requests: float, why: str) -> dict:
         """Add one row of :meth:`next_levels` and return it (the note's text is made from it)."""
-        row = {
-            "param": param,
-            "level": float(level),
-            "requests": float(requests),
-            "measured": self._measured(level) if np.isfinite(level) else np.nan,
-            "why": why,
-        }
+        measured = self._measured(level) if np.isfinite(level) else np.nan
+        row = advice_row(param, float(level), float(requests), measured, why)
         self._advice.append(row)
         return row
 
@@ -379,9 +383,7 @@ class FitResult:
         A closed level's steady-state ones and its start-up, the first round of N.
         """
         lv = self._problem.all.levels
-        n = lv["n_sent"] if "n_sent" in lv else lv["n"]
-        if self.kind == "concurrency":
-            n = n + lv["level"]
+        n = sent_requests(lv, self.kind)
         at = n[np.isclose(lv["level"].to_numpy(dtype=np.float64), level)]
         return float(at.iloc[0]) if len(at) else 0.0
 
@@ -415,9 +417,10 @@ class FitResult:
         variances fall as their own counts, so c's spread reaches :data:`_SD_PINNED` at
         ``c^2 (n_x rel_x^2 + n_l rel_l^2) / sd^2`` requests each. :meth:`_growth` scales the
         whole profile, but the levels the advice does not lengthen keep their share of its
-        curvature, and a level past capacity counts only its window (half of a growing
-        queue's completions): at open c = 64 the spread after following it was 0.23-0.30,
-        not 0.215 (c exact 46 of 50). 0 when the fit measured no throughput at ``top``.
+        curvature, and a level past capacity counts only the completions while its servers
+        are all busy (:func:`llmlat.stats.completion_slope`'s ``n``): at open c = 64 the
+        spread after following the profile alone was 0.23-0.30, not 0.215 (c exact 46 of
+        50). 0 when the fit measured no throughput at ``top``.
         """
         pr = self._problem
         if self._model.family != "mmc":
@@ -1241,14 +1244,6 @@ class FitResult:
     def __repr__(self) -> str:
         ps = self._params_text()
         return f"<FitResult {self.model} ({self.kind}, {self.method}): {ps}; aic={self.aic:.4g}>"
-
-
-def _round_up(n: float) -> float:
-    """Round a count of requests up to two significant digits (advice, not a measurement)."""
-    if not n > 0 or not np.isfinite(n):
-        return float(n)
-    step = 10.0 ** max(0, int(np.floor(np.log10(n))) - 1)
-    return float(np.ceil(n / step) * step)
 
 
 def _and(values, fmt: str = "g") -> str:
