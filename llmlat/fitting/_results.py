@@ -14,6 +14,7 @@ from llmlat import queueing
 from llmlat._aggregate import QUANTILES, resample
 from llmlat._models import Model
 from llmlat.fitting._estimate import (
+    _PLAUSIBLE,
     _Estimate,
     _estimate,
     _overhead,
@@ -657,7 +658,7 @@ class FitResult:
         if obs.times is None:
             raise ValueError("method: bootstrap needs per-request data, not a per-level table")
         rng = np.random.default_rng(seed)
-        plausible = self.profile.index[self.profile >= self.profile.max() - 10].to_numpy()
+        plausible = self.profile.index[self.profile >= self.profile.max() - _PLAUSIBLE].to_numpy()
         if len(plausible) > 9:  # keep refits cheap: the best and 8 spread over the rest
             best = int(self.profile.idxmax())
             spread = plausible[np.round(np.linspace(0, len(plausible) - 1, 8)).astype(int)]
