@@ -123,9 +123,16 @@ class Target:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or urlsplit(self.url).scheme not in ("http", "https"):
+        if not isinstance(self.url, str):
             raise ValueError("url: expected an http:// or https:// URL")
-        if not urlsplit(self.url).hostname:
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 - parsed on access: a port out of range raises here
+        except ValueError as exc:  # a malformed host ("Invalid IPv6 URL") or port
+            raise ValueError(f"url: {exc}") from None
+        if parts.scheme not in ("http", "https"):
+            raise ValueError("url: expected an http:// or https:// URL")
+        if not parts.hostname:
             raise ValueError("url: no host name")
         if self.api not in API_NAMES:
             raise ValueError(f"api: expected one of {', '.join(API_NAMES)}, got {self.api!r}")

@@ -49,6 +49,10 @@ def test_per_level_lengths():
         ({"concurrency": 1, "url": "http://127.0.0.1:9", "simulator": "article"}, "simulator"),
         ({"concurrency": 1, "run_id": "a/b"}, "run_id"),
         ({"trace": "/nonexistent/trace.csv"}, "trace"),
+        ({"concurrency": 1, "url": "ftp://127.0.0.1"}, "url"),
+        ({"concurrency": 1, "url": "http://[::1"}, "url"),  # urlsplit's own error, named
+        ({"concurrency": 1, "url": "http://127.0.0.1:99999"}, "url"),
+        ({"concurrency": 1, "url": "http://127.0.0.1:9,http://[::1"}, "url"),
     ],
 )
 def test_a_bad_option_is_a_value_error_naming_it(options, name):
