@@ -795,13 +795,22 @@ def closed_mgc_response_quantile(
     simulation's, 16 servers 9% at N = 20 (within 2.5% with it). Use
     :func:`closed_mmc_response_quantile` for exponential service (exact).
 
-    With think time the arrival distribution is the exponential system's, wider than a
-    less variable service's (and a constant think time's) own, so near the knee the p95 reads
-    high, never low: on 150,000-request simulations (c = 1, 4, 16, Z of 0.1-1 service time,
-    N below, at and past the knee; ``benchmarks/bench_closed_quantile.py``) within -0.2% to
-    +15% thinking exponential times at CV 0.05 (+7% at CV 0.5), and up to +83% (CV 0.05) or
-    +18% (CV 0.5) thinking a constant time, whose clients fall into step and seldom queue; at
-    16 servers within +8% (exponential) and +29% (constant).
+    With think time the arrival distribution is the exponential system's, which reads high,
+    never low, and the more so the less the think and service times vary. A constant think
+    time (the engine's ``think_time_s``) sends clients back in the order of their answers, so
+    a request starts exactly at ``max(its send, the (N - c)-th answer after its client's
+    previous one)``: up to the knee ``c (1 + Z / S)`` that answer mostly comes first and the
+    loop settles into a near-periodic schedule in which hardly anyone waits; past it the wait
+    is the time for N - c answers of c busy servers less Z. The exponential system spreads
+    the number seen over 0..N - 1 and sees neither. On 150,000-request simulations (c = 1, 4,
+    16; Z of 0.1, 0.3 and 1 service time; N below, at and past the knee;
+    ``benchmarks/bench_closed_quantile.py``)
+    the p95 reads -0.2% to +83% thinking a constant time at CV 0.05 (+18% at CV 0.5), +25%
+    (+12%) thinking a gamma time of CV 0.5, +15% (+7%) an exponential one. The error grows with
+    Z / S (at most +10% at 0.1, up to +83% at 1) and is worst at the knee (c = 1, Z = S, N = 2:
+    1.14 s against 2.09 s), then past it (+55% at c = 1, N = 3), then below it (+32% at
+    c = 4, N = 6), and smaller on more servers (at the knee with Z = S: +83%, +64% and +29%
+    at c = 1, 4 and 16).
 
     Parameters
     ----------

@@ -402,4 +402,5 @@ def test_a_closed_plan_of_near_constant_service_says_which_way_its_law_errs(thin
     res = llmlat.fit(data, model="mmc")
     note = res.plan(p95=0.8).note
     assert ("reads high, never low" in note) == (think_s > 0)
+    assert ("+64% at 4" in note) == (think_s > 0)  # the measured figures of CV 0.05
     assert ("within 2.5% of exact simulation" in note) == (think_s == 0)

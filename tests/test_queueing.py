@@ -329,6 +329,27 @@ def test_closed_mgc_quantile_with_think_time_reads_high_never_low(think_cv):
     assert np.std(z) / np.mean(z) == pytest.approx(think_cv, abs=0.05)
 
 
+@pytest.mark.parametrize(("n", "c"), [(3, 1), (6, 4), (11, 4)])
+def test_a_constant_think_time_starts_a_request_at_the_n_minus_c_th_answer(n, c):
+    # why the closed M/G/c law reads high with constant think times: clients come back in the
+    # order of their answers, so every other client is ahead of a request, which starts at
+    # max(its send, the (N - c)-th answer after its client's previous one), exactly; below
+    # the knee that answer mostly comes first (no one waits), which the exponential system's
+    # arrival distribution cannot see
+    req = mgc_sweep("concurrency", [n], 1.0, c, cv_s=0.5, seed=7, think_s=1.0, think_cv=0.0)
+    answers = np.sort(req["t_end"].to_numpy())
+    starts, predicted = [], []
+    for _, rows in req.sort_values("t_sent").groupby("worker"):
+        previous, sent = rows["t_end"].to_numpy()[:-1], rows["t_sent"].to_numpy()[1:]
+        at = np.searchsorted(answers, previous, side="right") + n - c - 1
+        keep = at < len(answers)
+        predicted.append(np.maximum(sent, answers[np.minimum(at, len(answers) - 1)])[keep])
+        starts.append((rows["t_sent"] + rows["queue_s"]).to_numpy()[1:][keep])
+    starts, predicted = np.concatenate(starts), np.concatenate(predicted)
+    assert len(starts) > 0.8 * len(req)
+    np.testing.assert_allclose(starts, predicted, rtol=0, atol=1e-9)
+
+
 def _md1_wait_cdf(x: float, rho: float) -> float:
     """Erlang's M/D/1 waiting-time CDF, x in service times."""
     k = np.arange(int(np.floor(x)) + 1)
