@@ -1,7 +1,7 @@
 """The closed M/G/c p95 and mean with think time against long exact simulations.
 
 N clients think (mean Z: constant as the engine's ``think_time_s``, exponential, or gamma with
-another CV) and send to c FCFS servers of gamma service (mean 1 s, CV 0.05 or 0.5): the fit's
+another CV) and send to c FCFS servers of gamma service (mean 1 s, CV 0.05, 0.5 or 2): the fit's
 p95 (:func:`llmlat.queueing.closed_mgc_response_quantile`) and mean (the exponential system's,
 :func:`llmlat.queueing.closed_mmc`) against an exact simulation of ``--requests`` requests per
 cell (``llmlat._synth.mgc_sweep``, its first tenth cut), at N below, at and past the knee
@@ -25,7 +25,7 @@ from llmlat._synth import mgc_sweep
 
 SERVERS = (1, 4, 16)
 THINK = (0.1, 0.3, 1.0)  # Z over the mean service time
-CVS = (0.05, 0.5)
+CVS = (0.05, 0.5, 2.0)
 
 
 def levels(c: int, z: float) -> list[int]:
@@ -62,13 +62,14 @@ def main() -> None:
         help="think-time CVs: 0 constant, 1 exponential, else gamma",
     )  # fmt: skip
     parser.add_argument("--servers", type=int, nargs="+", default=list(SERVERS))
+    parser.add_argument("--cv", type=float, nargs="+", default=list(CVS), help="service CVs")
     args = parser.parse_args()
     rows = []
     truth: dict[tuple, dict[float, tuple[float, float]]] = {}
     print("cell                              N/knee  p95 sim          model   err     mean err")
     for c in args.servers:
         for z in THINK:
-            for cv in CVS:
+            for cv in args.cv:
                 for think_cv in args.think_cv:
                     for n in levels(c, z):
                         t = simulate(n, c, z, cv, think_cv, args.requests, seed=1000 * c + n)

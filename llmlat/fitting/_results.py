@@ -1074,7 +1074,15 @@ class FitResult:
                     "but may leave capacity unused"
                 )
             return ""
-        if p.get("think_s", 0.0) > 0 or p.get("level_think_s") is not None:
+        thinks = p.get("think_s", 0.0) > 0 or p.get("level_think_s") is not None
+        if thinks and cv > 1.0:
+            return (
+                f"with think time, {law} comes from a closed M/G/c approximation within "
+                "-2% to +10% of exact simulation at CV 1.5-2 (high at one server, whose "
+                "service under way at an arrival it takes length-biased; -2% to +6% on 4 "
+                f"and 16){unchecked}: keep a 2% margin, or {check}"
+            )
+        if thinks:
             # bench_closed_quantile's worst cells at CV 0.05 and 0.5: constant think times
             # by servers (1, 4, 16), a think CV of 0.5, exponential ones, Z of S / 10
             worst = (
