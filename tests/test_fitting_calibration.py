@@ -402,4 +402,14 @@ def test_a_closed_plan_of_near_constant_service_says_which_way_its_law_errs(thin
     res = llmlat.fit(data, model="mmc")
     note = res.plan(p95=0.8).note
     assert ("reads high, never low" in note) == (think_s > 0)
+    assert ("+64% at 4" in note) == (think_s > 0)  # the measured figures of CV 0.05
     assert ("within 2.5% of exact simulation" in note) == (think_s == 0)
+
+
+def test_a_closed_plan_of_widely_spread_service_with_think_time_says_its_margin():
+    # above CV 1 with think time the law is within -2% to +10% (bench_closed_quantile): not
+    # the "never low" of steadier service
+    data = mgc_sweep("concurrency", [1, 2, 3, 5, 8], MU, 1, cv_s=2.0, seed=1004, think_s=0.2)
+    note = llmlat.fit(data, model="mmc").plan(p95=3.0).note
+    assert "within -2% to +10% of exact simulation at CV 1.5-2" in note
+    assert "never low" not in note

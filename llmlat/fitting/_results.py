@@ -1074,12 +1074,32 @@ class FitResult:
                     "but may leave capacity unused"
                 )
             return ""
-        if p.get("think_s", 0.0) > 0 or p.get("level_think_s") is not None:
+        thinks = p.get("think_s", 0.0) > 0 or p.get("level_think_s") is not None
+        if thinks and cv > 1.0:
+            return (
+                f"with think time, {law} comes from a closed M/G/c approximation within "
+                "-2% to +10% of exact simulation at CV 1.5-2 (high at one server, whose "
+                "service under way at an arrival it takes length-biased; -2% to +6% on 4 "
+                f"and 16){unchecked}: keep a 2% margin, or {check}"
+            )
+        if thinks:
+            # bench_closed_quantile's worst cells at CV 0.05 and 0.5: constant think times
+            # by servers (1, 4, 16), a think CV of 0.5, exponential ones, Z of S / 10
+            worst = (
+                ("83%", "64%", "29%", "25%", "15%", "10%")
+                if cv < 0.25
+                else ("18%", "8%", "3%", "12%", "7%", "2%")
+            )
             return (
                 f"with think time, {law} comes from a closed M/G/c approximation that reads "
-                "high, never low (up to +15% with exponential think times and +83% with "
-                "constant ones at CV 0.05, against exact simulation): the plan keeps its "
-                f"target but may leave capacity unused; {check}"
+                "high, never low, the more so the longer and steadier the think time: "
+                f"against exact simulation at CV {0.05 if cv < 0.25 else 0.5:g}, up to "
+                f"+{worst[0]} at one server, +{worst[1]} at 4 and +{worst[2]} at 16 with "
+                "constant think times (the engine's think_time_s), worst at the knee "
+                "c (1 + Z/S) where clients fall into step and seldom wait; "
+                f"+{worst[3]} with a think CV of 0.5, +{worst[4]} with exponential ones; "
+                f"at most +{worst[5]} thinking a tenth of a service time. The plan keeps its "
+                f"target but may advise far fewer clients than the servers hold; {check}"
             )
         return (
             f"{law} comes from a closed M/G/c approximation within 2.5% of exact simulation "
