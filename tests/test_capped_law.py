@@ -219,14 +219,16 @@ def test_the_fast_server_states_are_exact_where_a_chain_is():
 
 def test_a_plan_behind_a_cap_says_where_the_law_reads_low():
     # CV 0.5 on 4 servers mixes the constant-service and exponential laws, which reads up to
-    # 1.1% low; CV 0.05 is within 0.5% of exact simulation and asks for no margin; one server
-    # is exact
+    # 1.1% low; CV 0.05 is within 0.5% of exact simulation and asks for no margin; CV 2 (the
+    # fast server's law, no longer high by up to 6%) reads up to 1.1% low past capacity; one
+    # server is exact
     rates = [f * 4 * MU for f in (0.3, 0.6, 0.9, 1.2)]
     notes = {}
-    for cv in (0.05, 0.5):
+    for cv in (0.05, 0.5, 2.0):
         data = mgc_sweep("rate", rates, MU, 4, cv_s=cv, queue_cap=8, seed=3)
         notes[cv] = llmlat.fit(data, model="mmc").plan(p95=1.5).note
     assert "reads up to 1.1% low at the p95" in notes[0.5]
+    assert "reads -1.1% to +1.3% at the p95" in notes[2.0] and "keep that margin" in notes[2.0]
     assert "reads" not in notes[0.05] and "approximation" not in notes[0.05]
 
 
