@@ -256,33 +256,35 @@ def _mgck_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     return x, np.clip(cdf, 0.0, 1.0)
 
 
-def _mg1k_chain(lam: float, mu: float, k: int, cv: float) -> np.ndarray:
+def _mg1k_chain(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
     """M/G/1/K with gamma service (mean ``1 / mu``, CV ``cv``): the number a departure leaves
-    behind, 0..K-1, exactly.
+    behind, 0..K-1, exactly; one row per arrival rate.
 
-    A service of shape ``s = 1 / cv^2`` and rate ``s mu`` sees a negative binomial count of
-    Poisson arrivals, ``P(j) = C(j + s - 1, j) q^s (1 - q)^j`` with ``q = s mu / (s mu + lam)``;
-    a departure leaving i (or 0, the next service starting on an arrival) is followed by one
-    leaving ``min(max(i, 1) - 1 + j, K - 1)``, those past the cap refused. An admitted
-    arrival sees this law too.
+    A service of shape ``s = 1 / cv^2`` and rate ``s mu`` sees a negative binomial count J of
+    Poisson arrivals, ``P(J >= m) = I_{rho / (s + rho)}(m, s)`` (the regularized incomplete
+    beta function, ``rho = lam / mu``); a departure leaving i (or 0, the next service
+    starting on an arrival) is followed by one leaving ``min(max(i, 1) - 1 + J, K - 1)``,
+    those past the cap refused. Across the cut between j and j + 1 the chain moves down only
+    from j + 1 with no arrival, so ``pi_{j+1} P(J = 0) = pi_0 P(J >= j + 1) + sum_{1 <= i <= j}
+    pi_i P(J >= j - i + 2)``: a sum of positive terms, from pi_0 up (no solve, no
+    cancellation). An admitted arrival sees this law too.
     """
+    lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     shape, rho = 1.0 / cv**2, lam / mu
-    j = np.arange(k)
-    # log C(j + s - 1, j) (rho / (s + rho))^j term by term: no cancellation for s near infinity
-    with np.errstate(divide="ignore"):
-        steps = np.log(rho) + np.log1p((j[:-1] - rho) / (shape + rho)) - np.log1p(j[:-1])
-    log_pmf = np.concatenate([[0.0], np.cumsum(steps)]) - shape * np.log1p(rho / shape)
-    pmf = np.exp(log_pmf)
-    start = np.maximum(j, 1) - 1  # those left once a departure's successor is served
-    step = j[None, :] - start[:, None]
-    moves = np.where(step >= 0, pmf[np.clip(step, 0, k - 1)], 0.0)
-    moves[:, -1] = np.clip(1.0 - moves[:, :-1].sum(axis=1), 0.0, None)  # refused beyond
-    eqs = moves.T - np.eye(k)
-    eqs[-1] = 1.0  # the balance of K - 1 is implied by the others; sum to 1 instead
-    rhs = np.zeros(k)
-    rhs[-1] = 1.0
-    with _blas().limit(limits=1, user_api="blas"):  # threaded BLAS stalls on small solves
-        return np.clip(np.linalg.solve(eqs, rhs), 0.0, None)
+    # P(J >= m) for m = 0..K - 1, and P(J = 0) = (s / (s + rho))^s without cancellation
+    ahead = special.betainc(np.arange(k)[None, :], shape, (rho / (shape + rho))[:, None])
+    ahead[:, 0] = 1.0
+    none = np.exp(-shape * np.log1p(rho / shape))
+    pi = np.zeros((len(lam), k))
+    pi[:, 0] = 1.0
+    for j in range(k - 1):
+        up = pi[:, 0] * ahead[:, j + 1] + np.einsum(
+            "ri,ri->r", pi[:, 1 : j + 1], ahead[:, j + 1 : 1 : -1]
+        )
+        pi[:, j + 1] = up / none
+        if pi[:, j + 1].max() > 1e100:  # past capacity it grows by up to 1 / P(J = 0) a place
+            pi /= pi.max(axis=1, keepdims=True)
+    return pi / pi.sum(axis=1, keepdims=True)
 
 
 def _mg1k_states(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
@@ -292,11 +294,11 @@ def _mg1k_states(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
     K and ``p_K = 1 - 1 / (pi_0 + rho)``, ``rho = lam / mu`` (the rate of departures, ``mu (1 -
     p_0)``, equals that of admitted arrivals, ``lam (1 - p_K)``).
     """
+    lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     out = np.zeros((len(lam), k + 1))
-    for row, rate in enumerate(lam):
-        pi = _mg1k_chain(float(rate), mu, k, cv)
-        out[row, :k] = pi / (pi[0] + rate / mu)
-        out[row, k] = 1.0 - out[row, :k].sum()
+    pi = _mg1k_chain(lam, mu, k, cv)
+    out[:, :k] = pi / (pi[:, :1] + (lam / mu)[:, None])
+    out[:, k] = 1.0 - out[:, :k].sum(axis=1)
     return out
 
 
@@ -319,7 +321,7 @@ def _mg1k_wait_cdf(
     """
     shape = 1.0 / cv**2
     rate = shape * mu
-    pi = _mg1k_chain(lam, mu, k, cv)
+    pi = _mg1k_chain(np.array([lam]), mu, k, cv)[0]
     far = float(special.gammainccinv(shape * max(k - 1, 1) + 1.0, 1e-9)) / rate
     # a whole number of steps per mean service: near-constant services land on grid points
     per = int(np.ceil(min(float(_GRID), points / (far * mu))))
@@ -371,9 +373,17 @@ def _fast_server_states(lam: np.ndarray, p: dict) -> np.ndarray:
     read 0.049 where 0.101 are refused (c = 4, CV 2, 90% load), and the mean by whole
     service spells (:func:`_spell_waits`) up to 6.5% high.
     """
-    mu, c, k = p["mu"], p["c"], p["k_sys"]
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
-    fast = _mg1k_states(lam, c * mu, k - c + 1, p["cv_s"])
+    key = (lam.tobytes(), float(p["mu"]), int(p["c"]), int(p["k_sys"]), float(p["cv_s"]))
+    return _fast_server_cached(*key).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _fast_server_cached(key: bytes, mu: float, c: int, k: int, cv: float) -> np.ndarray:
+    """:func:`_fast_server_states` for the rates in ``key`` (a fit asks each parameter set's
+    states for its mean, its throughput and its refusals)."""
+    lam = np.frombuffer(key, dtype=np.float64)
+    fast = _mg1k_states(lam, c * mu, k - c + 1, cv)
     slow = q._mmck_states(lam, mu, c, k)
     a = (lam / mu)[:, None]
     below_c = slow[:, :c]
