@@ -369,7 +369,7 @@ def _fast_server_states(lam: np.ndarray, p: dict) -> np.ndarray:
     one server and for exponential service (the M/M/c/K chain). Against exact simulations of
     2 x 10^6 requests behind a queue of 2c (c = 4 to 64, CV 1.5 and 2, 50-120% load;
     ``bench_mgc.py --capped``) the refused share reads -0.25 to +0.76 point and the mean
-    -2.9% to +0.8% (-1.4% to +0.8% up to capacity); the M/M/c/K chain's refused share had
+    -2.9% to +0.8% (-0.6% to +0.8% below capacity); the M/M/c/K chain's refused share had
     read 0.049 where 0.101 are refused (c = 4, CV 2, 90% load), and the mean by whole
     service spells (:func:`_spell_waits`) up to 6.5% high.
     """
@@ -440,8 +440,8 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     (within the simulation's 0.1-0.8%); on 4 to 64 servers (2 x 10^6 requests) the p95 reads
     -1.2% to +1.1% and the p99 -1.4% to +1.8% at CV 0.2-0.7 (the mixture in ``cv^2``), and
     -1.1% to +1.3% (p95) and -0.7% to +0.6% (p99) at CV 1.5-2
-    (:func:`_fast_server_wait_cdf`; up to 1.3% high below capacity). The gamma law with the mean and
-    variance of the wait by spells (:func:`_spell_waits`) had read 4 near-constant servers
+    (:func:`_fast_server_wait_cdf`; -0.1% to +1.2% below capacity). The gamma law with the
+    mean and variance of the wait by spells (:func:`_spell_waits`) had read 4 near-constant servers
     6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
