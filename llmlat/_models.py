@@ -441,8 +441,8 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     -1.2% to +1.1% and the p99 -1.4% to +1.8% at CV 0.2-0.7 (the mixture in ``cv^2``), and
     -1.1% to +1.3% (p95) and -0.7% to +0.6% (p99) at CV 1.5-2
     (:func:`_fast_server_wait_cdf`; -0.1% to +1.2% below capacity). The gamma law with the
-    mean and variance of the wait by spells (:func:`_spell_waits`) had read 4 near-constant servers
-    6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
+    mean and variance of the wait by spells (:func:`_spell_waits`) had read 4 near-constant
+    servers 6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     out = np.empty(len(loads))
