@@ -20,10 +20,12 @@ near the knee, and no worse than before.
 
     nice -n 10 .venv/bin/python benchmarks/bench_mgc.py [--servers 1 4 16 64] [--cvs 0.05 1]
 
-``--capped N`` tabulates the capped law instead (M/G/c/K behind a queue of 2c, the admitted
-requests' p95 and p99, :func:`llmlat._models._mmck_quantile`) against N-request exact
-simulations (``bench_calibration.simulated_responses``) at loads 50-120%: relative errors in
-percent, each with the simulation's standard error (20 batches in request order).
+``--capped N`` tabulates the capped law instead (M/G/c/K behind a queue of 2c: the admitted
+requests' p95 and p99, :func:`llmlat._models._mmck_quantile`, the refused share,
+``Model.blocking``, and the admitted mean the fit matches, :func:`llmlat._models._mmck_wait`)
+against N-request exact simulations (:func:`simulate` with the cap) at loads 50-120%:
+relative errors in percent (the refused share's in points), each with the simulation's
+standard error (20 groups of whole replications).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import time
 import numpy as np
 
 from llmlat import queueing
-from llmlat._models import _mmck_quantile
+from llmlat._models import Model, _mmck_quantile, _mmck_wait
 from llmlat._synth import fcfs_responses
 
 MU = 2.0
@@ -61,41 +63,61 @@ CAPPED_LOADS = (0.5, 0.7, 0.8, 0.9, 1.0, 1.2)
 
 
 def _capped_point(args: tuple[int, float, float, int]) -> tuple[np.ndarray, np.ndarray, float]:
-    """One point of :func:`capped`: errors and standard errors in percent, the law's ms."""
+    """One point of :func:`capped`: errors and standard errors (the p95 and p99 and the
+    admitted mean in percent, the refused share in points), the law's ms per quantile."""
     c, cv, load, n = args
     lam = load * c * MU
     reps = max(GROUPS, min(1000, n // 2000))
     resp = simulate(lam, c, cv, reps, -(-n // reps), seed=1, cap=2 * c)
-    truth = np.nanquantile(resp, PROBS)
+
+    def measures(r: np.ndarray) -> np.ndarray:
+        """p95, p99, refused share, admitted mean."""
+        return np.array([*np.nanquantile(r, PROBS), np.isnan(r).mean(), np.nanmean(r)])
+
+    truth = measures(resp)
     # groups of whole replications: independent, so their spread is the error's
-    groups = np.array_split(resp, GROUPS, axis=1)
-    batches = [np.nanquantile(b, PROBS) for b in groups]
-    se = np.std(batches, axis=0, ddof=1) / np.sqrt(GROUPS) / truth * 100
+    groups = [measures(g) for g in np.array_split(resp, GROUPS, axis=1)]
+    se = np.std(groups, axis=0, ddof=1) / np.sqrt(GROUPS)
     p = {"mu": MU, "c": c, "k_sys": 3 * c, **({"cv_s": cv} if cv != 1.0 else {})}
     t = time.perf_counter()
     law = np.array([_mmck_quantile(float(pr), np.array([lam]), p)[0] for pr in PROBS])
     ms = (time.perf_counter() - t) * 1e3 / len(PROBS)
-    return (law / truth - 1) * 100, se, ms
+    refused = float(Model.blocking(p, np.array([lam]))[0])
+    mean = float(_mmck_wait(np.array([lam]), p)[1][0]) + 1.0 / MU
+    scale = truth / 100.0
+    scale[2] = 0.01  # the refused share in points
+    err = (np.array([*law, refused, mean]) - truth) / scale
+    return err, se / scale, ms
 
 
 def capped(requests: int, servers: list[int], cvs: list[float], jobs: int) -> None:
-    """Print the capped law's p95 and p99 errors (%) against exact simulations, one line per
-    CV and c, one cell per load: ``p95 err (se) / p99 err (se)``."""
+    """Print the capped law's errors against exact simulations, one line per CV and c, one
+    cell per load: ``p95 err (se) / p99 err (se) / refused err (se) / mean err (se)``, in
+    percent (the refused share in points), and the largest of each over each CV."""
     from concurrent.futures import ProcessPoolExecutor
 
     grid = [(c, cv, f, requests) for cv in cvs for c in servers for f in CAPPED_LOADS]
-    print(f"capped law, queue 2c, {requests:,d} simulated requests a point: "
-          "p95 err % (se) / p99 err % (se) at each load; law ms per quantile")  # fmt: skip
+    print(f"capped law, queue 2c, {requests:,d} simulated requests a point: p95 err % (se) / "
+          "p99 err % (se) / refused share err points (se) / admitted mean err % (se) at each "
+          "load; law ms per quantile")  # fmt: skip
     with ProcessPoolExecutor(jobs) as pool:
         rows = list(pool.map(_capped_point, grid))
+    span: dict[float, list[np.ndarray]] = {}
     for i in range(0, len(grid), len(CAPPED_LOADS)):
         c, cv = grid[i][:2]
+        part = rows[i : i + len(CAPPED_LOADS)]
         cells = [
-            f"{f:.1f}: {e[0]:+5.1f} ({s[0]:.1f}) / {e[1]:+5.1f} ({s[1]:.1f})"
-            for (_, _, f, _), (e, s, _) in zip(grid[i : i + 6], rows[i : i + 6], strict=True)
+            f"{f:.1f}: " + " / ".join(f"{e[j]:+5.2f} ({s[j]:.2f})" for j in range(4))
+            for (_, _, f, _), (e, s, _) in zip(grid[i : i + 6], part, strict=True)
         ]
-        ms = max(r[2] for r in rows[i : i + 6])
+        span.setdefault(cv, []).extend(e for e, _, _ in part)
+        ms = max(r[2] for r in part)
         print(f"cv {cv:<4g} c {c:<3d} " + " | ".join(cells) + f" | {ms:.0f} ms", flush=True)
+    for cv, errs in span.items():
+        lo, hi = np.min(errs, axis=0), np.max(errs, axis=0)
+        names = ("p95 %", "p99 %", "refused pt", "mean %")
+        spans = [f"{n} {a:+.2f} to {b:+.2f}" for n, a, b in zip(names, lo, hi, strict=True)]
+        print(f"cv {cv:g}: " + ", ".join(spans))
 
 
 def main() -> None:

@@ -1037,9 +1037,9 @@ class FitResult:
 
         As measured against exact simulations (p95 and p99, 50-95% load open, 50-120% behind
         a queue of 2c; c = 1 to 64; CV 0.05-0.7 and 1.5-2): bench_mgc's 5 x 10^6 requests
-        open loop and its ``--capped`` 10^6 behind a cap, bench_closed_quantile's 150,000
-        closed loop. One server's laws are exact (M/G/1 and M/G/1/K with gamma service).
-        Empty where the law is exact or within 1%.
+        open loop and its ``--capped`` 10^6 behind a cap (2 x 10^6 on several servers),
+        bench_closed_quantile's 150,000 closed loop. One server's laws are exact (M/G/1 and
+        M/G/1/K with gamma service). Empty where the law is exact or within 1%.
         """
         p, law = self._est.p, f"the {stat} of a service with CV {cv:.2g}"
         check = "check the plan with llmlat.verify_plan"
@@ -1069,9 +1069,9 @@ class FitResult:
             if cv > 1.0:
                 return (
                     f"behind the queue cap, {law} comes from one server as fast as all of them "
-                    "given a wait, which reads high (0-6% at the p95, 0-3.5% at the p99, CV "
-                    f"1.5-2, against exact simulation){unchecked}: the plan keeps its target "
-                    "but may leave capacity unused"
+                    "from the c-th request on, which reads -1.1% to +1.3% at the p95 and -0.7% "
+                    "to +0.6% at the p99 (against exact simulation at CV 1.5-2; low only at "
+                    f"or past capacity){unchecked}: keep that margin, or " + check
                 )
             return ""
         thinks = p.get("think_s", 0.0) > 0 or p.get("level_think_s") is not None
