@@ -98,7 +98,7 @@ from scipy import stats
 import llmlat
 from llmlat import queueing
 from llmlat._loadshapes import default_length
-from llmlat._models import Model, _mmck_quantile, _mmck_wait, _spell_waits
+from llmlat._models import _mmck_quantile
 from llmlat._synth import batch_closed_requests, fcfs_responses, mgc_sweep
 
 MU = 2.0
@@ -830,58 +830,6 @@ def _follow_text(row: dict) -> str:
     )
 
 
-CAPPED_LOADS = (0.5, 0.7, 0.8, 0.9, 1.0, 1.2)
-
-
-def _capped_point(args: tuple[int, float, float, int]) -> dict:
-    """One truth of :func:`capped_law`: the law's and the simulation's admitted p95 and mean,
-    and the refused share, before (spells) and after (M/D/c/K mixed in cv^2)."""
-    c, cv, load, n = args
-    lam = np.array([load * c * MU])
-    resp = simulated_responses("rate", float(lam[0]), c, cv, 2 * c, n)
-    ok = resp[~np.isnan(resp)]
-    p = {"mu": MU, "c": c, "k_sys": 3 * c}
-    exact = {**p, "cv_s": cv}
-    waits, mean, var = _spell_waits(lam, exact)  # the law by spells this one replaced
-    before = (
-        float(queueing._queued_gamma_quantile(0.95, waits, mean, var, MU, cv)[0]),
-        float((waits @ mean)[0] + 1 / MU),
-        float(queueing._mmck_states(lam, MU, c, 3 * c)[0, -1]),
-    )
-    after = (
-        float(_mmck_quantile(0.95, lam, exact if cv != 1.0 else p)[0]),
-        float(_mmck_wait(lam, exact)[1][0] + 1 / MU),
-        float(Model.blocking(exact, lam)[0]),
-    )
-    truth = (float(np.quantile(ok, 0.95)), float(ok.mean()), float(np.isnan(resp).mean()))
-    return {"c": c, "cv": cv, "load": load, "truth": truth, "before": before, "after": after}
-
-
-def capped_law(requests: int, pool: ProcessPoolExecutor) -> None:
-    """Print the capped law (M/G/c/K, a queue of 2c) against exact simulations: relative
-    errors of the admitted p95 and mean and the refused share's error in points, before
-    (the gamma law by spells, diffusion states, M/M/c/K refusals) -> after (the M/D/c/K law
-    mixed with M/M/c/K in cv^2), for c in 1, 4, 16, 64, CV 0.05, 0.5, 1 and 50-120% load.
-    CV 1 has exact formulas: its errors are the simulation's own."""
-    grid = [(c, cv, f, requests) for cv in (0.05, 0.5, 1.0) for c in (1, 4, 16, 64)
-            for f in CAPPED_LOADS]  # fmt: skip
-    print(f"capped law, queue 2c, {requests:,d} simulated requests a point: "
-          "p95 err % / mean err % / refused err points, before -> after")  # fmt: skip
-    rows = list(pool.map(_capped_point, grid))
-    for cv in (0.05, 0.5, 1.0):
-        for c in (1, 4, 16, 64):
-            cells = []
-            for r in (r for r in rows if r["c"] == c and r["cv"] == cv):
-                t = r["truth"]
-
-                def err(law: tuple, t: tuple = t) -> str:
-                    rel = [100 * (law[i] / t[i] - 1) for i in (0, 1)]
-                    return f"{rel[0]:+5.1f}/{rel[1]:+5.1f}/{100 * (law[2] - t[2]):+5.1f}"
-
-                cells.append(f"{r['load']:.1f}: {err(r['before'])} -> {err(r['after'])}")
-            print(f"cv {cv:<4g} c {c:<3d} " + " | ".join(cells), flush=True)
-
-
 def live(seeds: int) -> None:
     """A small set over HTTP: the simulator in mmc mode (c = 4, mu = 20), default lengths."""
     from llmlat.sim import Simulator
@@ -950,13 +898,6 @@ def main() -> None:
         help="print each seed's integer and 95%% set (and after --follow), and its errors",
     )
     ap.add_argument(
-        "--capped-law",
-        type=int,
-        default=0,
-        metavar="N",
-        help="only tabulate the capped law's errors against simulations of N requests a point",
-    )
-    ap.add_argument(
         "--truth-requests",
         type=int,
         default=TRUTH_REQUESTS,
@@ -967,10 +908,6 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    if args.capped_law:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            capped_law(args.capped_law, pool)
-        return
     cells = [
         replace(c, scale=args.scale, loads=args.open_loads, truth_requests=args.truth_requests)
         for c in _cells()

@@ -47,11 +47,10 @@ def _mmck_mix(lam: float, mu: float, c: int, k: int, tol: float = 1e-10):
     return keep.astype(np.float64), w[keep] / w[keep].sum()
 
 
-#: Smallest system (K) for the diffusion shape of :func:`_diffusion_states` (a service CV past
-#: 1) and for refusals of a non-exponential service in the fit
+#: Smallest system (K) whose refusals of a non-exponential service the fit counts
 #: (:meth:`llmlat.fitting._estimate._Problem._refusals_count`): a queue of a few places refuses
 #: at every load. On K alone, so the fit's terms do not change with the profiled c.
-_DIFFUSE = 8
+_REFUSALS_FROM_K = 8
 
 #: Grid steps per service time on which :func:`_mgck_wait_cdf` tabulates the wait's law (at
 #: most 8 times as many in all).
@@ -160,7 +159,7 @@ def _mgck_states(lam: np.ndarray, p: dict) -> np.ndarray:
     states of :func:`_mdck_states` and the exponential chain's, mixed in ``cv^2``
     (:func:`_mgck_mix`), as Cosmetatos and Kimura interpolate M/D/c and M/M/c. Against exact
     simulations of 10^6 requests behind a queue of 2c (c = 4 to 64, CV 0.05 and 0.5, 50-120%
-    load; ``bench_calibration.py --capped-law``) the refused share is within 0.5 point (2 x
+    load; ``bench_mgc.py --capped``) the refused share is within 0.5 point (2 x
     10^6, CV 0.2-0.7: -0.3 to +0.1; ``bench_mgc.py --capped``); the exponential chain's is
     0.049 at c = 4 and 90% load, where 0.019 are refused.
     """
@@ -371,7 +370,7 @@ def _fast_server_states(lam: np.ndarray, p: dict) -> np.ndarray:
     ``bench_mgc.py --capped``) the refused share reads -0.25 to +0.76 point and the mean
     -2.9% to +0.8% (-0.6% to +0.8% below capacity); the M/M/c/K chain's refused share had
     read 0.049 where 0.101 are refused (c = 4, CV 2, 90% load), and the mean by whole
-    service spells (:func:`_spell_waits`) up to 6.5% high.
+    service spells (the law before this one) up to 6.5% high.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     key = (lam.tobytes(), float(p["mu"]), int(p["c"]), int(p["k_sys"]), float(p["cv_s"]))
@@ -416,7 +415,7 @@ def _fast_server_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     requests behind a queue of 2c (c = 4 to 64, CV 1.5 and 2, 50-120% load; ``bench_mgc.py
     --capped``) its p95 reads -1.1% to +1.3% and its p99 -0.7% to +0.6%; with the M/M/c/K
     chain's probability of waiting they had read up to 5.7% and 3.2% high, and the gamma law
-    by whole service spells (:func:`_spell_waits`) the p95 up to 7% high and the p99 up to
+    by whole service spells (the law before) the p95 up to 7% high and the p99 up to
     17% low.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
@@ -441,7 +440,7 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     -1.2% to +1.1% and the p99 -1.4% to +1.8% at CV 0.2-0.7 (the mixture in ``cv^2``), and
     -1.1% to +1.3% (p95) and -0.7% to +0.6% (p99) at CV 1.5-2
     (:func:`_fast_server_wait_cdf`; -0.1% to +1.2% below capacity). The gamma law with the
-    mean and variance of the wait by spells (:func:`_spell_waits`) had read 4 near-constant
+    mean and variance of the wait by whole service spells (the law before) had read 4 near-constant
     servers 6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
@@ -466,55 +465,6 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
         cdf = lambda t, m=m, w=w: q.hypoexp_cdf(t[..., None], m, mu, c) @ w  # noqa: E731
         out[i] = q.invert_cdf(cdf, prob, 1.0 / mu + float(w @ m) / (c * mu))
     return out
-
-
-def _diffusion_states(lam: np.ndarray, p: dict) -> np.ndarray:
-    """States behind a queue cap for a service CV past 1 (:func:`_spell_waits`).
-
-    The M/M/c/K chain's probabilities below c and of c or more, but from c on a queue whose
-    length falls (or, past capacity, grows) by ``rho^((1 + rho) / (rho + cv^2))`` a place
-    instead of ``rho``: the diffusion approximation's rate ``2 (1 - rho) / (rho + cv^2)`` for
-    a queue fed by Poisson arrivals, in units of the M/M chain's ``2 (1 - rho) / (1 + rho)``.
-    A system of fewer than :data:`_DIFFUSE` places keeps the chain's shape.
-    """
-    lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
-    mu, c, k = p["mu"], p["c"], p["k_sys"]
-    states = q._mmck_states(lam, mu, c, k)
-    cv = p["cv_s"]
-    if k < _DIFFUSE or k <= c:
-        return states
-    rho = (lam / (c * mu))[:, None]
-    log_shape = (1.0 + rho) / (rho + cv**2) * np.log(rho) * np.arange(k - c + 1)[None, :]
-    shape = np.exp(log_shape - log_shape.max(axis=1, keepdims=True))
-    out = states.copy()
-    out[:, c:] = states[:, c:].sum(axis=1, keepdims=True) * shape / shape.sum(axis=1, keepdims=True)
-    return out
-
-
-def _spell_waits(lam: np.ndarray, p: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Behind a queue cap with a service CV past 1 on several servers, per arrival rate: how
-    an admitted request waits, by whole service spells, the law the fit used until
-    :func:`_fast_server_states` (kept as ``bench_calibration.py --capped-law``'s "before"):
-    its mean read up to 6.5% high at CV 1.5-2 against exact simulation (c = 4 to 64), its
-    gamma quantile the p95 up to 7% high and the p99 up to 17% low.
-
-    Returns ``(waits, mean, var)``: ``waits[i, n]`` the probability that an admitted request
-    at rate ``lam[i]`` finds n in the system and waits, with the states of
-    :func:`_diffusion_states`, and the wait's mean and variance given n. It waits for
-    j = n - c + 1 departures: j - 1 whole service spells of c servers (1 / (c mu), squared CV
-    cv^2 each) and the first departure, the shortest of c residual services, with the
-    servers' phases independent ``(c + cv^2) / (c + 1)`` of a spell, squared CV
-    ``(c + 2 cv^2) / (c + 2)``.
-    """
-    mu, c, k = p["mu"], p["c"], p["k_sys"]
-    states = _diffusion_states(lam, p)[:, :-1]
-    admitted = states / states.sum(axis=1, keepdims=True)  # PASTA, refused arrivals out
-    m = np.maximum(np.arange(k) - c + 1, 0).astype(np.float64)
-    cv2 = p["cv_s"] ** 2
-    first = (c + cv2) / (c + 1.0)  # the first departure, in spells of 1 / (c mu)
-    mean = np.where(m > 0, m - 1.0 + first, 0.0) / (c * mu)
-    var = np.where(m > 0, (m - 1.0) * cv2 + first**2 * (c + 2.0 * cv2) / (c + 2.0), 0.0)
-    return admitted * (m > 0), mean, var / (c * mu) ** 2
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from scipy import optimize, stats
 from statsmodels.base.model import GenericLikelihoodModel
 
 from llmlat._aggregate import Observed, latency_levels, offered_rate, served_short
-from llmlat._models import _DIFFUSE, Model
+from llmlat._models import _REFUSALS_FROM_K, Model
 from llmlat.stats import MIN_WINDOW_SHARE
 
 _LOG2PI = np.log(2 * np.pi)
@@ -233,10 +233,10 @@ class _Problem:
         """Whether the blocking of the M/M/c/K chain describes these refusals.
 
         Exponential service: always. A measured service CV: behind a system of at least
-        :data:`llmlat._models._DIFFUSE` places, where a queue refuses only near or past its
+        :data:`llmlat._models._REFUSALS_FROM_K` places, where a queue refuses only near or past its
         capacity (the share there is conserved, ``1 - c mu / lambda``, whatever the law).
         """
-        return "cv_s" not in p or p["k_sys"] >= _DIFFUSE
+        return "cv_s" not in p or p["k_sys"] >= _REFUSALS_FROM_K
 
     def _block_llobs(self, p: dict) -> np.ndarray:
         """Per level: the binomial log-likelihood of its refusals (quasi: weighted by 1/vif).
@@ -640,7 +640,7 @@ def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
 
     Those served clearly less than offered (the rule of an uncapped level's overload,
     :func:`llmlat._aggregate.served_short`, so it does not depend on c), behind a system of at
-    least :data:`llmlat._models._DIFFUSE` places (:meth:`_Problem._refusals_count`).
+    least :data:`llmlat._models._REFUSALS_FROM_K` places (:meth:`_Problem._refusals_count`).
     Their refused share, predicted at the nominal rate, carries the arrivals' Poisson noise:
     at 120% load on 64 near-constant servers a 2% surplus of arrivals moves it as much as one
     server (c exact in 6 of 20 seeds). Their throughput does not: the queue past capacity
@@ -659,7 +659,7 @@ def _past_cap(obs: Observed, fixed: dict) -> np.ndarray:
     service counts by its throughput only at twice the near-constant depth.
     """
     lv = obs.levels
-    if fixed.get("k_sys", 0) < _DIFFUSE or "n_refused" not in lv:
+    if fixed.get("k_sys", 0) < _REFUSALS_FROM_K or "n_refused" not in lv:
         return np.zeros(len(lv), bool)
     past = served_short(lv) & (lv["n_refused"].to_numpy(dtype=np.float64) > 0)
     # the servers never idle: the queue's diffusion past capacity, drift lambda - x and
