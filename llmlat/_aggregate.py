@@ -18,6 +18,7 @@ from llmlat import stats
 __all__ = [
     "QUANTILES",
     "Observed",
+    "finite_or",
     "is_level_table",
     "latency_levels",
     "observe",
@@ -518,11 +519,15 @@ def offered_rate(table: pd.DataFrame) -> np.ndarray:
     numpy.ndarray
         Requests per second, one per level.
     """
-    lam = table["level"].to_numpy(dtype=np.float64)
-    if "offered_rps" not in table:
-        return lam
-    real = table["offered_rps"].to_numpy(dtype=np.float64)
-    return np.where(np.isfinite(real), real, lam)
+    return finite_or(table, "offered_rps", table["level"].to_numpy(dtype=np.float64))
+
+
+def finite_or(table: pd.DataFrame, column: str, fallback: np.ndarray) -> np.ndarray:
+    """Return ``column``'s values where the table has it and they are finite, else ``fallback``."""
+    if column not in table:
+        return fallback
+    values = table[column].to_numpy(dtype=np.float64)
+    return np.where(np.isfinite(values), values, fallback)
 
 
 def served_short(table: pd.DataFrame) -> np.ndarray:

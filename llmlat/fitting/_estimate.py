@@ -10,7 +10,7 @@ import pandas as pd
 from scipy import optimize, stats
 from statsmodels.base.model import GenericLikelihoodModel
 
-from llmlat._aggregate import Observed, latency_levels, offered_rate, served_short
+from llmlat._aggregate import Observed, finite_or, latency_levels, offered_rate, served_short
 from llmlat._models import _REFUSALS_FROM_K, Model
 from llmlat.stats import MIN_WINDOW_SHARE
 
@@ -1101,11 +1101,7 @@ def _counted(lv: pd.DataFrame) -> np.ndarray:
     Its steady window's (``n_slope``, :func:`llmlat.stats.completion_slope`), else its
     steady rows (``n``).
     """
-    n = lv["n"].to_numpy(dtype=np.float64)
-    if "n_slope" not in lv:
-        return n
-    m = lv["n_slope"].to_numpy(dtype=np.float64)
-    return np.where(np.isfinite(m), m, n)
+    return finite_or(lv, "n_slope", lv["n"].to_numpy(dtype=np.float64))
 
 
 def _short(lv: pd.DataFrame) -> np.ndarray:
