@@ -1596,9 +1596,8 @@ def _mmck_states(lam: np.ndarray, mu: float, c: int, k: int) -> np.ndarray:
     n = np.arange(k + 1)
     servers = np.minimum(np.maximum(n, 1), c)
     log_rate = np.concatenate([[0.0], np.cumsum(np.log(mu * servers[1:]))])
-    with np.errstate(divide="ignore"):
-        logw = n[None, :] * np.log(lam)[:, None] - log_rate[None, :]
-    logw[:, 0] = 0.0
+    with np.errstate(divide="ignore"):  # no load: log 0, and n log 0 is -inf past n = 0
+        logw = special.xlogy(n[None, :], lam[:, None]) - log_rate[None, :]
     p = np.exp(logw - logw.max(axis=1, keepdims=True))
     return p / p.sum(axis=1, keepdims=True)
 
@@ -1624,9 +1623,8 @@ def _mmck_refusal_vif(lam: np.ndarray, mu: float, c: int, k: int) -> np.ndarray:
     n = np.arange(k + 1)
     servers = np.minimum(np.maximum(n, 1), c)
     log_rate = np.concatenate([[0.0], np.cumsum(np.log(mu * servers[1:]))])
-    with np.errstate(divide="ignore"):
-        logw = n[None, :] * np.log(lam)[:, None] - log_rate[None, :]
-    logw[:, 0] = 0.0
+    with np.errstate(divide="ignore"):  # no load: log 0, and n log 0 is -inf past n = 0
+        logw = special.xlogy(n[None, :], lam[:, None]) - log_rate[None, :]
     log_pi = logw - special.logsumexp(logw, axis=1, keepdims=True)
     log_below = np.logaddexp.accumulate(log_pi, axis=1)
     p = np.exp(log_pi[:, -1])
