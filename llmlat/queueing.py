@@ -1466,12 +1466,7 @@ def batch_open(
 
 
 def _batch_open(
-    lam_arr: np.ndarray,
-    slots: int,
-    t0_s: float | np.ndarray,
-    t1_s: float | np.ndarray,
-    tokens: float,
-    gamma: float | np.ndarray,
+    lam_arr: np.ndarray, slots: int, t0_s: float, t1_s: float, tokens: float, gamma: float
 ) -> Columns:
     """Compute the columns of :func:`batch_open`, unvalidated.
 
