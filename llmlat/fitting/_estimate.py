@@ -840,19 +840,24 @@ def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray, chain: bool =
 
     The profile's dearest integers behind a cap are the few servers: a sweep's levels all
     overloaded, each a chain of K + c states. The grid's points more than 2 apart have no
-    warm start either way; with ``chain`` the close ones below them are taken bottom up if
-    the descent reaches them (each from the one under it), else top down as well: a batching
-    fit (without step times) optimises from its default start too and keeps the better, so
-    where its warm start came from does not change its optimum.
+    warm start either way; the close ones below them are taken bottom up if the descent
+    reaches them (each from the one under it). Without ``chain`` (a batching fit without
+    step times, which optimises from its default start too and keeps the better) the close
+    ones are descended as well when the best lies above them all: a batching fit's few
+    slots past capacity are its dearest. Close ones holding the best keep their chain, whose
+    warm starts decide where a flat optimum ends (an unidentified t1: 5e-4 apart).
     """
     close = np.flatnonzero(np.diff(grid) <= 2)
-    # first of the sparse
-    sparse = min(int(close[-1]) + 2, len(grid)) if len(close) and chain else 0
+    sparse = min(int(close[-1]) + 2, len(grid)) if len(close) else 0  # first of the sparse
     for k in grid[sparse:][::-1]:
         ev(int(k))
         best = max(cache, key=lambda j: cache[j][1])
         if k < best and cache[k][1] < _far(problem, cache):
             return int(k) - 1
+    if not chain and cache and max(cache, key=lambda j: cache[j][1]) > grid[sparse - 1]:
+        for k in grid[:sparse][::-1]:
+            if ev(int(k)) < _far(problem, cache):
+                return int(k) - 1
     for k in grid[:sparse]:
         ev(int(k))
     return int(grid[0]) - 1
