@@ -318,8 +318,8 @@ class _Problem:
         """:meth:`_resid` at each row of ``thetas`` (the points of a numerical Jacobian).
 
         A batching sweep's predictions take every row in one pass (the station's distribution
-        for all parameter sets at once: a third of the time of a Jacobian, which is most of a
-        batch fit's), each row as :meth:`_resid` computes it alone; elsewhere row by row.
+        for all parameter sets at once: half the time of a Jacobian, which is most of a batch
+        fit's), each row as :meth:`_resid` computes it alone; elsewhere row by row.
         """
         p = self.params(thetas[0], k)
         one_pass = (
@@ -466,8 +466,8 @@ class _Problem:
         """Residuals and Jacobian of a batching fit at ``k`` for ``least_squares``, by point.
 
         The Jacobian is scipy's "2-point" forward differences, its points in one pass
-        (:meth:`_resid_rows`): the same steps and the same numbers as scipy's own, at a third
-        of the time. With step times the reweighting rounds (:meth:`_optimise_from`) each
+        (:meth:`_resid_rows`): the same steps and the same numbers as scipy's own, in about the
+        time of one evaluation. With step times the reweighting rounds (:meth:`_optimise_from`) each
         start where the last ended, whose residuals and Jacobian are known (the weights scale
         whole blocks): both are kept per point.
         """
@@ -715,21 +715,20 @@ def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
 def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, tuple]:
     """Maximise over the continuous parameters at each integer; coarse-to-fine search.
 
-    Behind a queue cap each integer is dear (a near-constant service's dense M/D/c/K
-    solves: 2-3 s a fit at c = 64 over all of them), so integers that cannot reach the cut
-    nor the plausible set are left out (:func:`_far`): found from the top of the grid down
-    (:func:`_descend`), and in the refining steps outward from the best, each side up to a
-    point under the one inside it and under :func:`_far`'s level. A batching fit's few
-    slots are dear too where they cannot fit (an open sweep past their capacity: the
-    optimiser crawls along the stability edge, 2,000 steps at one slot count, most of the
-    time of ``model="auto"`` on 16 near-constant servers): without step times they are left
-    out from the top down alike. The profile rises to its
-    best and falls after it (the bisection for its edges takes it so too), so none past such
-    a point could be in either set, nor the best or its neighbour: the same best, set and
-    plausible integers as from every point. Each point evaluated keeps the warm start it
-    had: the refining points of one step are 3 or more apart (none another's start), and the
-    cache's order, which decides ties between two neighbours, is kept as a bottom-up search
-    leaves it.
+    Behind a queue cap each integer is dear (a near-constant service's dense M/D/c/K solves:
+    2-3 s a fit at c = 64 over all of them), so integers that cannot reach the cut nor the
+    plausible set are left out (:func:`_far`): found from the top of the grid down
+    (:func:`_descend`), and in the refining steps outward from the best, each side up to a point
+    under the one inside it and under :func:`_far`'s level. A batching fit's few slots are dear
+    too where they cannot fit (an open sweep past their capacity: the optimiser crawls along the
+    stability edge, 2,000 steps at one slot count, most of the time of ``model="auto"`` on 16
+    near-constant servers): without step times they are left out from the top down alike. The
+    profile rises to its best and falls after it (the bisection for its edges takes it so too),
+    so none past such a point could be in either set, nor the best or its neighbour: the same
+    best, set and plausible integers as from every point. Each point evaluated keeps the warm
+    start it had: the refining points of one step are 3 or more apart (none another's start),
+    and the cache's order, which decides ties between two neighbours, is kept as a bottom-up
+    search leaves it.
     """
     cache: dict[int, tuple] = {}
 
