@@ -517,10 +517,14 @@ class Model:
 
     def capacity(self, p: dict) -> float:
         """Largest throughput the station can sustain, requests/s."""
+        return float(self.capacities(p))
+
+    def capacities(self, p: dict) -> np.ndarray:
+        """:meth:`capacity` of each parameter set when the parameters are columns."""
         if self.family == "batch":
             b = p["slots"]
-            return float(q.batch_service_rate(b, b, p["t0_s"], p["t1_s"], p["tokens"], p["gamma"]))
-        return p["c"] * p["mu"]
+            return q.batch_service_rate(b, b, p["t0_s"], p["t1_s"], p["tokens"], p["gamma"])
+        return np.asarray(p["c"] * p["mu"], dtype=np.float64)
 
     def predict(
         self,
@@ -602,7 +606,7 @@ class Model:
         if kind == "rate" and "k_sys" in p and self.family == "mmc":
             out["throughput_rps"] = loads * (1.0 - self.blocking(p, loads))
         else:
-            out["throughput_rps"] = np.minimum(loads, self.capacity(p)) if kind == "rate" else x
+            out["throughput_rps"] = np.minimum(loads, self.capacities(p)) if kind == "rate" else x
         out["mean_s"] = mean
         if self.family == "batch":
             out["itl_s"] = np.asarray(itl, dtype=np.float64)

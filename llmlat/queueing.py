@@ -1468,37 +1468,45 @@ def batch_open(
 def _batch_open(
     lam_arr: np.ndarray, slots: int, t0_s: float, t1_s: float, tokens: float, gamma: float
 ) -> Columns:
-    """Compute the columns of :func:`batch_open`, unvalidated."""
+    """Compute the columns of :func:`batch_open`, unvalidated.
+
+    Several parameter sets at once: step-time parameters that are columns (shape ``(sets, 1)``)
+    give a row per set (a fit's numerical Jacobian in one pass), each row as one set alone.
+    """
     b = int(slots)
 
     def rate(n: np.ndarray) -> np.ndarray:
         return batch_service_rate(n, b, t0_s, t1_s, tokens, gamma)
 
-    cap = float(rate(np.array([b]))[0])
+    cap = rate(np.array([b]))
     rho = lam_arr / cap
     log_cum = _log_cum_rates(rate, b)
     n = np.arange(b + 1)
     with np.errstate(divide="ignore"):
-        logw = n[None, :] * np.log(lam_arr)[:, None] - log_cum[None, :]
-    logw[:, 0] = 0.0
-    shift = logw.max(axis=1, keepdims=True)
+        logw = n[None, :] * np.log(lam_arr)[:, None] - log_cum[..., None, :]
+    logw[..., 0] = 0.0
+    shift = logw.max(axis=-1, keepdims=True)
     w = np.exp(logw - shift)
     ok = rho < 1.0
     r = np.where(ok, rho, 0.0)
     # tail n > B: w_B * r^j, j >= 1: mass w_B r/(1-r), mean sum (B+j) w_B r^j
-    tail_mass = w[:, -1] * r / (1.0 - r)
-    tail_n = w[:, -1] * (b * r / (1.0 - r) + r / (1.0 - r) ** 2)
-    z = w.sum(axis=1) + tail_mass
+    tail_mass = w[..., -1] * r / (1.0 - r)
+    tail_n = w[..., -1] * (b * r / (1.0 - r) + r / (1.0 - r) ** 2)
+    z = w.sum(axis=-1) + tail_mass
     ls = (w @ n + tail_n) / z
     busy = (w @ np.minimum(n, b) + b * tail_mass) / z
-    queued = w[:, -1] * r / (1.0 - r) ** 2 / z  # mean of (n - B)+
+    queued = w[..., -1] * r / (1.0 - r) ** 2 / z  # mean of (n - B)+
     # a request is in a step with batch k in proportion to k times the share of steps with k,
     # the time share over the step time: its mean step is E[k] / E[k / step(k)]
     steps = t0_s + t1_s * np.fmax(np.minimum(n, b), 1) ** gamma
-    per_step = w @ (np.minimum(n, b) / steps) + b / steps[-1] * tail_mass
+    share = np.minimum(n, b) / steps
+    full = steps[..., -1:]
+    per_step = (w @ share if share.ndim == 1 else np.matmul(w, share[..., None])[..., 0]) + (
+        b / full * tail_mass
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         resp = np.where(ok, ls / lam_arr, np.inf)
-        seen = np.where(ok, busy * z / per_step, steps[-1])
+        seen = np.where(ok, busy * z / per_step, full)
     return {
         "lam": lam_arr,
         "utilization": rho,

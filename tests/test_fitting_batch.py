@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.optimize._numdiff import approx_derivative
 
 from llmlat import compare, fit
 from llmlat._aggregate import observe, resample
@@ -231,6 +232,23 @@ def test_the_profile_search_and_jacobian_shortcuts_change_nothing():
     rows = theta + np.random.default_rng(0).normal(0, 0.1, (4, len(theta)))
     one_pass = pr._resid_rows(rows, k)
     assert np.array_equal(one_pass, np.stack([pr._resid(th, k) for th in rows]))
+    # an open sweep's too, an overloaded level's throughput with them; and the Jacobian of
+    # those points is scipy's own forward differences, number for number
+    cap = 8 / (40 * (T0 + T1 * 8))
+    rates = [f * cap for f in (0.3, 0.6, 0.9, 1.2)]
+    res = fit(batch_open_requests(rates, 8, T0, T1, 40, 40.0, seed=1), model="batch")
+    pr, k = res._problem, res._est.k
+    assert len(pr.x_over)
+    theta = res._est.theta[: len(pr.model.free)]
+    rows = theta + np.random.default_rng(1).normal(0, 0.1, (4, len(theta)))
+    one_pass = pr._resid_rows(rows, k)
+    assert np.array_equal(one_pass, np.stack([pr._resid(th, k) for th in rows]))
+    lower, upper = pr._bounds(k, len(theta))
+    lower[-1] = theta[-1]  # a step at the bound turns back, as scipy's does
+    want = approx_derivative(
+        lambda th: pr._resid(th, k), theta, method="2-point", bounds=(lower, upper)
+    )
+    assert np.array_equal(pr._memo(k, lower, upper)["jac"](theta), want)
 
 
 def _warned(res) -> bool:

@@ -274,7 +274,7 @@ class _Problem:
         """Standardised residuals of the overloaded levels' throughput: min(lambda, capacity)."""
         if not len(self.x_over):
             return self.x_over
-        return (self.x_over - np.minimum(self.lam_over, self.model.capacity(p))) / self.se_over
+        return (self.x_over - np.minimum(self.lam_over, self.model.capacities(p))) / self.se_over
 
     def _over_llobs(self, p: dict) -> np.ndarray:
         r = self._over_resid(p)
@@ -317,25 +317,26 @@ class _Problem:
     def _resid_rows(self, thetas: np.ndarray, k: int | None) -> np.ndarray:
         """:meth:`_resid` at each row of ``thetas`` (the points of a numerical Jacobian).
 
-        A closed batching sweep's predictions take every row in one pass (the station's
-        distribution for all parameter sets at once: half the time of a Jacobian, which is
-        most of a batch fit's); elsewhere row by row.
+        A batching sweep's predictions take every row in one pass (the station's distribution
+        for all parameter sets at once: half the time of a Jacobian, which is most of a batch
+        fit's), each row as :meth:`_resid` computes it alone; elsewhere row by row.
         """
         p = self.params(thetas[0], k)
         one_pass = (
             self.model.family == "batch"
-            and self.obs.kind == "concurrency"
-            and p.get("level_think_s") is None
-            and not len(self.x_over)
             and not self.blocked
+            and (self.obs.kind == "rate" or p.get("level_think_s") is None)
         )
         if not one_pass:
             return np.stack([self._resid(th, k) for th in thetas])
         p.update(zip(self.model.free, np.exp(thetas.T[:, :, None]), strict=True))
         pred = self.model.predict(p, self.loads, self.obs.kind, (self.stat,))
-        r = (self.y - pred[f"{self.stat}_s"]) / self.se[: len(self.y)]
+        parts = [(self.y - pred[f"{self.stat}_s"]) / self.se[: len(self.y)]]
+        if len(self.x_over):
+            parts.append(self._over_resid(p))
         if self.n_itl:
-            r = np.concatenate([r, (self.itl_y - pred["itl_s"]) / self.itl_se], axis=1)
+            parts.append((self.itl_y - pred["itl_s"]) / self.itl_se)
+        r = np.concatenate(parts, axis=1)
         return np.clip(np.where(np.isfinite(r), r, 1e6), -1e6, 1e6)
 
     def llf(self, theta: np.ndarray, k: int | None) -> float:
@@ -462,13 +463,13 @@ class _Problem:
         return lower, upper
 
     def _memo(self, k: int | None, lower: np.ndarray, upper: np.ndarray) -> dict:
-        """``least_squares`` options of a fit at ``k`` with step times, keyed by point.
+        """Residuals and Jacobian of a batching fit at ``k`` for ``least_squares``, by point.
 
-        Its reweighting rounds (:meth:`_optimise_from`) each start where the last ended,
-        whose residuals and Jacobian are known (the weights scale whole blocks): the residuals
-        and the Jacobian (scipy's forward differences, its points in one pass,
-        :meth:`_resid_rows`) are kept per point. Tolerances 1e-9: the public tables' fits
-        agree to 6 significant digits with 1e-10 and 1e-12, at a third fewer evaluations.
+        The Jacobian is scipy's "2-point" forward differences, its points in one pass
+        (:meth:`_resid_rows`): the same steps and the same numbers as scipy's own, in about the
+        time of one evaluation. With step times the reweighting rounds (:meth:`_optimise_from`) each
+        start where the last ended, whose residuals and Jacobian are known (the weights scale
+        whole blocks): both are kept per point.
         """
         seen: dict[bytes, np.ndarray] = {}
         jacs: dict[bytes, np.ndarray] = {}
@@ -490,7 +491,7 @@ class _Problem:
                 jacs[key] = ((rows - resid(th)) / dx[:, None]).T
             return jacs[key]
 
-        return {"fun": resid, "jac": jac, "xtol": 1e-9, "ftol": 1e-9}
+        return {"fun": resid, "jac": jac}
 
     def _optimise_from(
         self, k: int | None, theta0: np.ndarray, width: float, xatol: float, settle: float = 0.05
@@ -509,10 +510,15 @@ class _Problem:
             # point of reweighting is the optimum of the concentrated likelihood
             weight = self._weight  # the last optimum's: next to this one's on a profile
             theta = theta0
-            if self.n_itl:
+            if self.model.family == "batch":
                 opts = self._memo(k, lower, upper)
             else:
-                opts = {"fun": lambda th: self._resid(th, k), "xtol": 1e-10, "ftol": 1e-12}
+                opts = {"fun": lambda th: self._resid(th, k)}
+            # with step times 1e-9: the public tables' fits agree to 6 significant digits
+            # with 1e-10 and 1e-12, at a third fewer evaluations
+            opts.update(
+                {"xtol": 1e-9, "ftol": 1e-9} if self.n_itl else {"xtol": 1e-10, "ftol": 1e-12}
+            )
             resid, jac = opts.pop("fun"), opts.pop("jac", None)
             for _ in range((4 if settle >= 0.05 else 100) if self.n_itl else 1):
                 scaled = "2-point" if jac is None else lambda th, w=weight: jac(th) * w[:, None]
@@ -709,17 +715,20 @@ def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
 def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, tuple]:
     """Maximise over the continuous parameters at each integer; coarse-to-fine search.
 
-    Behind a queue cap each integer is dear (a near-constant service's dense M/D/c/K
-    solves: 2-3 s a fit at c = 64 over all of them), so integers that cannot reach the cut
-    nor the plausible set are left out (:func:`_far`): found from the top of the grid down
-    (:func:`_descend`), and in the refining steps outward from the best, each side up to a
-    point under the one inside it and under :func:`_far`'s level. The profile rises to its
-    best and falls after it (the bisection for its edges takes it so too), so none past such
-    a point could be in either set, nor the best or its neighbour: the same best, set and
-    plausible integers as from every point. Each point evaluated keeps the warm start it
-    had: the refining points of one step are 3 or more apart (none another's start), and the
-    cache's order, which decides ties between two neighbours, is kept as a bottom-up search
-    leaves it.
+    Behind a queue cap each integer is dear (a near-constant service's dense M/D/c/K solves:
+    2-3 s a fit at c = 64 over all of them), so integers that cannot reach the cut nor the
+    plausible set are left out (:func:`_far`): found from the top of the grid down
+    (:func:`_descend`), and in the refining steps outward from the best, each side up to a point
+    under the one inside it and under :func:`_far`'s level. A batching fit's few slots are dear
+    too where they cannot fit (an open sweep past their capacity: the optimiser crawls along the
+    stability edge, 2,000 steps at one slot count, most of the time of ``model="auto"`` on 16
+    near-constant servers): without step times they are left out from the top down alike. The
+    profile rises to its best and falls after it (the bisection for its edges takes it so too),
+    so none past such a point could be in either set, nor the best or its neighbour: the same
+    best, set and plausible integers as from every point. Each point evaluated keeps the warm
+    start it had: the refining points of one step are 3 or more apart (none another's start),
+    and the cache's order, which decides ties between two neighbours, is kept as a bottom-up
+    search leaves it.
     """
     cache: dict[int, tuple] = {}
 
@@ -736,14 +745,17 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
         return cache
     grid = np.unique(np.round(np.geomspace(lo, hi, 24)).astype(int)) if hi > lo else np.array([lo])
     capped = "k_sys" in problem.fixed
+    batch = problem.model.family == "batch"
     # integers up to ``below`` and from ``beyond`` on lie under _far's level: left out
-    below = _descend(problem, ev, cache, grid) if capped else lo - 1
+    # with step times each fit starts from the last one's block weights: kept bottom up
+    narrow = capped or (batch and not problem.n_itl)
+    below = _descend(problem, ev, cache, grid, chain=capped) if narrow else lo - 1
     beyond = hi + 1
     for k in grid:
         if k > below:
             ev(int(k))
     _reorder(cache, sorted(cache))
-    if problem.model.family == "batch" and _unimodal([cache[int(k)][1] for k in grid]):
+    if batch and _unimodal([cache[int(k)][1] for k in grid if k > below]):
         _golden(ev, cache)
     while True:
         keys = sorted(cache)
@@ -820,7 +832,7 @@ def _far(problem: _Problem, cache: dict) -> float:
     return top - max(problem.profile_drop(top), _PLAUSIBLE) - _FAR_BELOW
 
 
-def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
+def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray, chain: bool = True) -> int:
     """Evaluate ``grid`` from the top down while the profile can reach :func:`_far`'s level.
 
     Returns the largest integer left under it (``grid[0] - 1``: none).
@@ -828,7 +840,11 @@ def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
     The profile's dearest integers behind a cap are the few servers: a sweep's levels all
     overloaded, each a chain of K + c states. The grid's points more than 2 apart have no
     warm start either way; the close ones below them are taken bottom up if the descent
-    reaches them.
+    reaches them (each from the one under it). Without ``chain`` (a batching fit without
+    step times, which optimises from its default start too and keeps the better) the close
+    ones are descended as well when the best lies above them all: a batching fit's few
+    slots past capacity are its dearest. Close ones holding the best keep their chain, whose
+    warm starts decide where a flat optimum ends (an unidentified t1: 5e-4 apart).
     """
     close = np.flatnonzero(np.diff(grid) <= 2)
     sparse = min(int(close[-1]) + 2, len(grid)) if len(close) else 0  # first of the sparse
@@ -837,6 +853,10 @@ def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
         best = max(cache, key=lambda j: cache[j][1])
         if k < best and cache[k][1] < _far(problem, cache):
             return int(k) - 1
+    if not chain and cache and max(cache, key=lambda j: cache[j][1]) > grid[sparse - 1]:
+        for k in grid[:sparse][::-1]:
+            if ev(int(k)) < _far(problem, cache):
+                return int(k) - 1
     for k in grid[:sparse]:
         ev(int(k))
     return int(grid[0]) - 1
