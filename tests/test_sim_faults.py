@@ -131,12 +131,19 @@ def test_same_seed_same_faults_and_service_times():
     assert a["completion_tokens"].fillna(-1).tolist() == b["completion_tokens"].fillna(-1).tolist()
     assert a["outcome"].tolist() != c["outcome"].tolist()
     assert a["completion_tokens"].fillna(-1).tolist() != c["completion_tokens"].fillna(-1).tolist()
-    served = (a["outcome"] == "ok") | (a["outcome"] == "stalled")
-    service_a = (a["t_last_token"] - a["t_service_start"])[served]
-    service_b = (b["t_last_token"] - b["t_service_start"])[served]
-    # the same draws, up to timer noise
-    assert ((service_a - service_b).abs() / service_a).median() < 0.1
-    assert service_a.corr(service_b) > 0.9
+
+    # the same service draws, up to the timers' noise, which a busy machine makes a few ms
+    # (a correlation of the times read 0.76 at load 4): the same seed's times differ far less
+    # than another seed's
+    def service(t):
+        return t["t_last_token"] - t["t_service_start"]
+
+    def served(t):
+        return t["outcome"].isin(["ok", "stalled"])
+
+    same = ((service(a) - service(b)).abs() / service(a))[served(a)].median()
+    other = ((service(a) - service(c)).abs() / service(a))[served(a) & served(c)].median()
+    assert same < 0.1 and same < other / 3, (same, other)
 
 
 @pytest.mark.parametrize("mode", ["batch", "mmc"])
