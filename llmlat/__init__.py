@@ -7,7 +7,8 @@ change. Measure with :func:`sweep` (or :func:`asweep` under a running event loop
 :class:`SweepResult` back (:func:`read` opens a saved one; :func:`compare_runs` and
 :func:`compare_fits` put several side by side; :func:`policy_lab` measures client designs);
 fit queueing models with :func:`fit` and :func:`compare` (a :class:`FitResult`;
-:func:`verify_plan` measures its ``plan()``); test against the built-in :class:`Simulator`
+:func:`verify_plan` measures its ``plan()``; a fit the data cannot support raises
+:class:`NeedsData`, which tabulates what to measure); test against the built-in :class:`Simulator`
 (a :class:`SimConfig`); price requests from the tokens the server reported with
 :class:`Prices` (:func:`request_costs`, ``summary(prices=...)``, the ``prices=`` option).
 :mod:`llmlat.datasets`, :mod:`llmlat.plot`, :mod:`llmlat.queueing` and :mod:`llmlat.schema`
@@ -37,6 +38,7 @@ _LAZY = {
     "fit": "llmlat.fitting",
     "compare": "llmlat.fitting",
     "FitResult": "llmlat.fitting",
+    "NeedsData": "llmlat.fitting",
     "Simulator": "llmlat.sim",
     "SimConfig": "llmlat.sim",
     "Record": "llmlat.schema",
@@ -55,6 +57,7 @@ _SUBMODULES = ("datasets", "plot", "queueing", "schema", "sim")
 __all__ = [
     "Attempt",
     "FitResult",
+    "NeedsData",
     "Prices",
     "Record",
     "RetryPolicy",
@@ -88,7 +91,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llmlat.comparison import compare_fits, compare_runs
     from llmlat.config import RetryPolicy, SweepConfig, Target
     from llmlat.cost import Prices, request_costs
-    from llmlat.fitting import FitResult, compare, fit
+    from llmlat.fitting import FitResult, NeedsData, compare, fit
     from llmlat.policy import policy_lab
     from llmlat.results import SweepResult, read
     from llmlat.schema import Attempt, Record

@@ -116,6 +116,8 @@ def run_demo(
     if report.fit is not None:
         # the summary holds the parameters' 95% confidence intervals
         say("\n" + str(report.fit.summary()))
+    if report.next_levels_text():
+        say("\n" + report.next_levels_text())
     if report.plan is not None:
         say("\n" + report.plan.describe())
     say(f"\nreport: {report.path.resolve()}")

@@ -52,6 +52,11 @@ class Report:
         The PNG files written beside the page.
     notes : list of str
         Why a section is missing (e.g. the fit's error), shown in the page too.
+    next_levels : pandas.DataFrame or None
+        What to measure next (levels and request counts), as
+        :meth:`~llmlat.fitting.FitResult.next_levels` tabulates it: the fit's own advice, or
+        the refusal's when the data could not identify a model (:class:`llmlat.NeedsData`).
+        None or empty when there is nothing to add.
     """
 
     path: Path
@@ -59,6 +64,13 @@ class Report:
     plan: Any = None
     figures: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    next_levels: Any = None
+
+    def next_levels_text(self) -> str:
+        """Return :attr:`next_levels` as a text table headed "measure next:" ("" if none)."""
+        if self.next_levels is None or self.next_levels.empty:
+            return ""
+        return "measure next:\n" + self.next_levels.to_string(index=False, na_rep="")
 
 
 def build_report(
@@ -103,12 +115,17 @@ def build_report(
     Report
         The page's path, the fit and plan used, and notes on anything left out.
     """
+    from llmlat.fitting import NeedsData
     from llmlat.fitting import fit as fit_model
 
     notes = list(notes or [])
+    next_levels = None
     if fit is None:
         try:
             fit = fit_model(result, model=model)
+        except NeedsData as exc:
+            notes.append(f"No model fitted: {exc}")
+            next_levels = exc.next_levels()
         except ValueError as exc:
             notes.append(f"No model fitted: {exc}")
     plan = None
@@ -117,7 +134,16 @@ def build_report(
             notes.append("No capacity plan: it needs a fitted model (see the note above).")
         else:
             plan = fit.plan(p95=p95_s, rpm=rpm, tpm=tpm)
-    return write_report(result, out, fit=fit, plan=plan, title=title, notes=notes, prices=prices)
+    return write_report(
+        result,
+        out,
+        fit=fit,
+        plan=plan,
+        title=title,
+        notes=notes,
+        prices=prices,
+        next_levels=next_levels,
+    )
 
 
 def write_report(
@@ -129,6 +155,7 @@ def write_report(
     title: str = "llmlat report",
     notes: list[str] | None = None,
     prices: Any = None,
+    next_levels: Any = None,
 ) -> Report:
     """Write the report folder for a sweep and (optionally) its fit and plan.
 
@@ -148,6 +175,8 @@ def write_report(
         Lines shown at the top of the page (e.g. why there is no fit).
     prices : llmlat.Prices or mapping, optional
         Token prices for the summary's cost columns (default: the sweep's ``prices=``).
+    next_levels : pandas.DataFrame, optional
+        What to measure next, shown as a table (default: the fit's ``next_levels()``).
 
     Returns
     -------
@@ -161,7 +190,15 @@ def write_report(
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     result.save(out / "sweep.parquet")
-    report = Report(path=out / "index.html", fit=fit, plan=plan, notes=list(notes or []))
+    if next_levels is None and fit is not None:
+        next_levels = fit.next_levels()
+    report = Report(
+        path=out / "index.html",
+        fit=fit,
+        plan=plan,
+        notes=list(notes or []),
+        next_levels=next_levels,
+    )
     with matplotlib.rc_context({"figure.dpi": 100}):
         for name, uses_fit in _FIGURES.items():
             if uses_fit == "required" and fit is None:
@@ -215,6 +252,11 @@ def _page(result: Any, summary: Any, report: Report, title: str) -> str:
         parts += [
             "<h2>Fitted model</h2>",
             f"<div class='scroll'>{report.fit.summary()._repr_html_()}</div>",
+        ]
+    if report.next_levels is not None and not report.next_levels.empty:
+        parts += [
+            "<h2>What to measure next</h2>",
+            f"<div class='scroll'>{report.next_levels.to_html(index=False, na_rep='')}</div>",
         ]
     if report.plan is not None:
         parts += [

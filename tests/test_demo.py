@@ -107,3 +107,23 @@ def test_report_without_a_fit_says_why_and_exits_4(demo_run, run_llmlat, tmp_pat
     costs = pd.read_csv(tmp_path / "report" / "summary.csv")["cost_per_1k_requests_usd"]
     expected = llmlat.read(tmp_path / "one.parquet").summary(prices={"input": 3, "output": 15})
     assert costs.tolist() == pytest.approx(expected["cost_per_1k_requests_usd"].tolist())
+
+
+def test_report_on_a_refused_fit_tabulates_what_to_measure(run_llmlat, tmp_path):
+    from llmlat._synth import mmc_closed_requests
+
+    # four levels far below 64 servers: no saturation, so no c
+    req = mmc_closed_requests([1, 2, 4, 8], mu=1.0, c=64, n=100, seed=2).assign(run_id="low")
+    llmlat.SweepResult(req, meta={"run_id": "low"}).save(tmp_path / "low.parquet")
+    with pytest.raises(llmlat.NeedsData) as err:
+        llmlat.fit(llmlat.read(tmp_path / "low.parquet"), model="mmc")
+    advice = err.value.next_levels()
+    assert not advice.empty and (advice["level"] > 8).all()
+    proc = run_llmlat("report", "low.parquet", "--model", "mmc", cwd=tmp_path)
+    assert proc.returncode == 4, proc.stderr
+    # the refusal's table, printed and on the page
+    head, *rows = proc.stdout.split("measure next:\n")[1].splitlines()[: len(advice) + 1]
+    assert head.split()[:3] == ["param", "level", "requests"]
+    assert [float(r.split()[1]) for r in rows] == advice["level"].tolist()
+    page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+    assert "<h2>What to measure next</h2>" in page and "Fitted model" not in page

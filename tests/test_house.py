@@ -26,6 +26,7 @@ PACKAGE = REPO / "llmlat"
 PUBLIC = [
     "Attempt",
     "FitResult",
+    "NeedsData",
     "Prices",
     "Record",
     "RetryPolicy",

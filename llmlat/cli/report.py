@@ -54,5 +54,7 @@ def _main(args: argparse.Namespace) -> int:
     )
     for note in report.notes:
         print(f"note: {note}")
+    if report.next_levels_text():
+        print(report.next_levels_text())
     print(f"report: {report.path}")
     return 0 if report.fit is not None else 4  # EXIT_CODES: the page says why there is no fit

@@ -33,8 +33,9 @@ The package holds one job per module: ``_estimate`` (likelihoods, profiles, stat
 the station models are in :mod:`llmlat._models` and the observations in :mod:`llmlat._aggregate`.
 """
 
+from llmlat.fitting._estimate import NeedsData
 from llmlat.fitting._fit import MAX_REFUSED, compare, fit
 from llmlat.fitting._plan import Plan, PlanCheck
 from llmlat.fitting._results import FitResult
 
-__all__ = ["MAX_REFUSED", "FitResult", "Plan", "PlanCheck", "compare", "fit"]
+__all__ = ["MAX_REFUSED", "FitResult", "NeedsData", "Plan", "PlanCheck", "compare", "fit"]

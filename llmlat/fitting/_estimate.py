@@ -1046,10 +1046,27 @@ def round_up(n: float) -> float:
 class NeedsData(ValueError):
     """A fit refused for want of data; ``next_levels()`` tabulates what to measure, as a fit's.
 
-    The message says the same in words, with the request counts.
+    Raised by :func:`llmlat.fit` when no capacity was measured, no saturation was reached or
+    every level is overloaded. It is a :class:`ValueError`, so ``except ValueError`` still
+    catches it; the message says the same as the table in words, with the request counts.
+
+    Parameters
+    ----------
+    message : str
+        Why the fit was refused and what to measure.
+    advice : list of dict
+        The rows of :meth:`next_levels` (``param``, ``level``, ``requests``, ``measured``,
+        ``why``).
+
+    Examples
+    --------
+    >>> try:
+    ...     fit = llmlat.fit(res)
+    ... except llmlat.NeedsData as exc:
+    ...     print(exc.next_levels())  # levels to add, and how many requests each
     """
 
-    def __init__(self, message: str, advice: list[dict]):
+    def __init__(self, message: str, advice: list[dict]) -> None:
         super().__init__(message)
         self.advice = advice
 

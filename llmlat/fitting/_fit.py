@@ -445,11 +445,14 @@ def fit(
 
     Raises
     ------
+    NeedsData
+        A :class:`ValueError` raised when the advice is levels to measure (no capacity
+        measured, no saturation reached, every level overloaded): its message names them
+        with request counts, and its ``next_levels()`` tabulates them as
+        :meth:`FitResult.next_levels` does.
     ValueError
-        When the data cannot identify the model (one level, every request failed, no
-        saturation), naming what to measure next, or for a bad argument. Where the advice
-        is levels to measure, the error's ``next_levels()`` tabulates them with their
-        request counts, as :meth:`FitResult.next_levels` does.
+        When the data cannot identify the model otherwise (one level, every request
+        failed), naming what to measure next, or for a bad argument.
     """
     if stat not in ("mean", "p50", "p95", "p99"):
         raise ValueError(f"stat: expected 'mean', 'p50', 'p95' or 'p99', got {stat!r}")
