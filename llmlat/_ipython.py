@@ -16,7 +16,6 @@ import keyword
 import os
 import shlex
 import socket
-import sys
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 from urllib.parse import urlsplit
 
@@ -428,8 +427,7 @@ class LLMMagics(Magics):
         return options
 
     def _sweep(self, payload: Any, args: argparse.Namespace) -> SweepResult:
-        from llmlat._engine import Sweeper
-        from llmlat._loop import run_coroutine
+        from llmlat._engine import Sweeper, run_sync
 
         options = self._sweep_options(args)
         if payload is None:
@@ -438,27 +436,26 @@ class LLMMagics(Magics):
             sweeper = Sweeper(payload, **options)
             if sweeper.config.url is not None:  # its URL list as SweepConfig reads it
                 _check_reachable(sweeper.config.urls())
-            try:
-                result = run_coroutine(sweeper.run())
-            except KeyboardInterrupt:
-                result = sweeper.result()
+            # Ctrl-C (and the stop signals in force) as a script's sweep takes them
+            result = run_sync(sweeper)
         except (ValueError, TypeError) as exc:
             raise UsageError(_redact(flag_message(exc), options.get("api_key_env"))) from None
         if result.meta.get("interrupted"):
-            self._say_interrupted(result, args)
+            self._say_where(result, args)
         return result
 
     @staticmethod
-    def _say_interrupted(result: SweepResult, args: argparse.Namespace) -> None:
+    def _say_where(result: SweepResult, args: argparse.Namespace) -> None:
+        """Say where an interrupted sweep's partial result went (run_sync said it stopped)."""
+        from llmlat._notice import notice
+
         where = []
         if args.output is not None:
             where.append(f"stored in {args.output}")
         if result.meta["load"]["save"] is not None:
             where.append(f"saved to {result.meta['load']['save']}")
-        tail = f"; partial result {' and '.join(where)}" if where else ""
-        print(
-            f"llmlat: interrupted: {len(result.requests)} requests finished{tail}", file=sys.stderr
-        )
+        if where:
+            notice(f"partial result {' and '.join(where)}")
 
     def _start_simulator(self, args: argparse.Namespace) -> None:
         from llmlat.cli.sim import config_from_args
