@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = ["Report", "build_report", "write_report"]
 
 # llmlat.plot function -> how it uses a fit: overlays it, needs it, or takes none
@@ -67,10 +69,22 @@ class Report:
     next_levels: Any = None
 
     def next_levels_text(self) -> str:
-        """Return :attr:`next_levels` as a text table headed "measure next:" ("" if none)."""
+        """Return :attr:`next_levels` as lines under "measure next:" ("" if none).
+
+        One line per row: what it pins, the level and its requests in all (how many of them
+        were measured), and why; a row that is not a level gives its remedy alone.
+        """
         if self.next_levels is None or self.next_levels.empty:
             return ""
-        return "measure next:\n" + self.next_levels.to_string(index=False, na_rep="")
+        lines = ["measure next:"]
+        for row in self.next_levels.itertuples():
+            if np.isnan(row.level):
+                lines.append(f"  {row.param}: {row.why}")
+                continue
+            count = "" if np.isnan(row.requests) else f": {row.requests:,.0f} requests"
+            had = f" ({row.measured:,.0f} measured)" if row.measured > 0 else " (new level)"
+            lines.append(f"  {row.param}: level {row.level:g}{count}{had}; {row.why}")
+        return "\n".join(lines)
 
 
 def build_report(

@@ -122,8 +122,8 @@ def test_report_on_a_refused_fit_tabulates_what_to_measure(run_llmlat, tmp_path)
     proc = run_llmlat("report", "low.parquet", "--model", "mmc", cwd=tmp_path)
     assert proc.returncode == 4, proc.stderr
     # the refusal's table, printed and on the page
-    head, *rows = proc.stdout.split("measure next:\n")[1].splitlines()[: len(advice) + 1]
-    assert head.split()[:3] == ["param", "level", "requests"]
-    assert [float(r.split()[1]) for r in rows] == advice["level"].tolist()
+    rows = proc.stdout.split("measure next:\n")[1].splitlines()[: len(advice)]
+    for line, row in zip(rows, advice.itertuples(), strict=True):
+        assert line.startswith(f"  c: level {row.level:g}: {row.requests:,.0f} requests (new")
     page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
     assert "<h2>What to measure next</h2>" in page and "Fitted model" not in page
