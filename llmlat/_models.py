@@ -361,16 +361,17 @@ def _fast_server_states(lam: np.ndarray, p: dict) -> np.ndarray:
     """Behind a queue cap, c > 1 servers with a service CV past 1: probabilities of 0..K in
     the system, per arrival rate.
 
-    Below c, the M/M/c/K chain's shape; from c on, that of one server c times as fast with
-    the same CV behind the same queue (M/G/1/(K - c + 1), exactly: :func:`_mg1k_states`), its
-    n - c + 1 in the system. Their two weights make the probabilities sum to 1 and the busy
-    servers carry the admitted load, ``sum min(n, c) p_n = lam (1 - p_K) / mu``: exact for
-    one server and for exponential service (the M/M/c/K chain). Against exact simulations of
-    2 x 10^6 requests behind a queue of 2c (c = 4 to 64, CV 1.5 and 2, 50-120% load;
-    ``bench_mgc.py --capped``) the refused share reads -0.25 to +0.76 point and the mean
-    -2.9% to +0.8% (-0.6% to +0.8% below capacity); the M/M/c/K chain's refused share had
-    read 0.049 where 0.101 are refused (c = 4, CV 2, 90% load), and the mean by whole
-    service spells (the law before this one) up to 6.5% high.
+    Below c, the M/M/c/K chain's shape; from c on, that of one server c times as fast behind
+    the same queue (M/G/1/(K - c + 1), exactly: :func:`_mg1k_states`), its n - c + 1 in the
+    system, with the CV of :func:`_fast_server_cv`. Their two weights make the probabilities
+    sum to 1 and the busy servers carry the admitted load, ``sum min(n, c) p_n = lam (1 -
+    p_K) / mu``: exact for one server and for exponential service (the M/M/c/K chain).
+    Against exact simulations behind a queue of 2c (c = 2 to 64, CV 1.5 to 3, 50-120% load,
+    10^6 requests a point, 4 x 10^5 at c = 64; ``bench_mgc.py --capped``) the refused share
+    reads -0.5 to +0.1 point, P(wait) -1.0 to +1.0 point and the mean -1.8% to +1.1%; with
+    the service's own CV they had read -0.5 to +1.3, -6.2 to +1.0 and -4.7% to +2.6%, the
+    M/M/c/K chain's refused share 0.049 where 0.101 are refused (c = 4, CV 2, 90% load),
+    and the mean by whole service spells (the law before those) up to 6.5% high.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     c = int(p["c"])
@@ -389,10 +390,12 @@ def _fast_server_cv(cv: float, c: int) -> float:
     c servers' completions over the time a queue of a few places drains vary less than
     those of one server c times as fast with the same CV (over a short while they are
     nearly Poisson; only over a long one do they vary as much), so a fast server with the
-    service's CV stays full too long: P(wait) read 1.5-6 points low, the refused share up to
-    1.4 points high, the mean past capacity up to 5% low (c = 2 to 64, CV 1.5 to 3, behind
-    a queue of 2c). The CV ``cv ** (1 - 0.14 (1 - 1 / c))``, measured on those cases, keeps
-    one server (c = 1) and exponential service exact.
+    service's CV stays full too long: its P(wait) read up to 6 points low, its refused share
+    up to 1.3 points high and its mean past capacity up to 4.7% low (c = 2 to 64, CV 1.5 to
+    3, behind a queue of 2c). ``cv ** (1 - 0.14 (1 - 1 / c))`` is the exponent that fitted
+    exact simulations of those cases best (about 0.93 at c = 2 and 0.88 from c = 4 on, the
+    same at CV 1.5, 2 and 3); it keeps one server (c = 1) and exponential service exact.
+    Other queue lengths than 2c were not measured.
     """
     return float(cv) ** (1.0 - _SUPERPOSED * (1.0 - 1.0 / c))
 
@@ -429,14 +432,15 @@ def _fast_server_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     request, P(W <= x) on a grid.
 
     It waits with the probability of :func:`_fast_server_states`, and then as in one server
-    c times as fast with the same CV and the same queue (M/G/1/(K - c + 1), exactly:
-    :func:`_mg1k_wait_cdf`) given that it waits: the same law those states take from c on,
-    so the wait's mean is theirs by Little's law. Against exact simulations of 2 x 10^6
-    requests behind a queue of 2c (c = 4 to 64, CV 1.5 and 2, 50-120% load; ``bench_mgc.py
-    --capped``) its p95 reads -1.1% to +1.3% and its p99 -0.7% to +0.6%; with the M/M/c/K
-    chain's probability of waiting they had read up to 5.7% and 3.2% high, and the gamma law
-    by whole service spells (the law before) the p95 up to 7% high and the p99 up to
-    17% low.
+    c times as fast with the CV of :func:`_fast_server_cv` and the same queue (M/G/1/(K - c
+    + 1), exactly: :func:`_mg1k_wait_cdf`) given that it waits: the same law those states
+    take from c on, so the wait's mean is theirs by Little's law. Against exact simulations
+    behind a queue of 2c (c = 2 to 64, CV 1.5 to 3, 50-120% load, 10^6 requests a point, 4
+    x 10^5 at c = 64; ``bench_mgc.py --capped``) the response's p95 reads -1.2% to +1.4%
+    and its p99 -1.1% to +0.8%; with the service's own CV they had read up to 4.6% and 3.9%
+    high (c = 2 and 4 at CV 3), with the M/M/c/K chain's probability of waiting up to 5.7%
+    and 3.2% high, and the gamma law by whole service spells (the law before those) the p95
+    up to 7% high and the p99 up to 17% low.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     # a coarse grid, 8 steps a place (0.1-0.5% on the p95): a plan asks for hundreds of these
@@ -459,10 +463,10 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     64, 50-120% load, CV 0.05-2; ``bench_mgc.py --capped``): one server's law is exact
     (within the simulation's 0.1-0.8%); on 4 to 64 servers (2 x 10^6 requests) the p95 reads
     -1.2% to +1.1% and the p99 -1.4% to +1.8% at CV 0.2-0.7 (the mixture in ``cv^2``), and
-    -1.1% to +1.3% (p95) and -0.7% to +0.6% (p99) at CV 1.5-2
-    (:func:`_fast_server_wait_cdf`; -0.1% to +1.2% below capacity). The gamma law with the
-    mean and variance of the wait by whole service spells (the law before) had read 4 near-constant
-    servers 6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
+    on 2 to 64 servers at CV 1.5-3 (10^6 requests, 4 x 10^5 at c = 64) -1.2% to +1.4%
+    (p95) and -1.1% to +0.8% (p99; :func:`_fast_server_wait_cdf`). The gamma law with the
+    mean and variance of the wait by whole service spells (the law before) had read 4
+    near-constant servers 6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     out = np.empty(len(loads))
