@@ -59,6 +59,9 @@ _GRID = 128
 #: Places past K on which :func:`_mdck_cached` solves the chain's shape (at most c).
 _MARGIN = 16
 
+#: Places of :func:`_mg1k_chain` solved together.
+_CHAIN_BLOCK = 32
+
 
 @functools.cache
 def _blas() -> ThreadpoolController:
@@ -265,24 +268,45 @@ def _mg1k_chain(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
     starting on an arrival) is followed by one leaving ``min(max(i, 1) - 1 + J, K - 1)``,
     those past the cap refused. Across the cut between j and j + 1 the chain moves down only
     from j + 1 with no arrival, so ``pi_{j+1} P(J = 0) = pi_0 P(J >= j + 1) + sum_{1 <= i <= j}
-    pi_i P(J >= j - i + 2)``: a sum of positive terms, from pi_0 up (no solve, no
-    cancellation). An admitted arrival sees this law too.
+    pi_i P(J >= j - i + 2)``: a sum of positive terms, from pi_0 up (no cancellation). An
+    admitted arrival sees this law too.
+
+    The places go in blocks (a capped fit asks for this chain about a thousand times): in a
+    block, the terms of its own places are a strictly lower triangular Toeplitz matrix N
+    (divided by P(J = 0)), so the block is ``(I - N)^-1`` applied to what the places below
+    it give, and ``(I - N)^-1 = (I + N)(I + N^2)(I + N^4)...`` (N is nilpotent): products
+    of positive terms still.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     shape, rho = 1.0 / cv**2, lam / mu
     # P(J >= m) for m = 0..K - 1, and P(J = 0) = (s / (s + rho))^s without cancellation
     ahead = special.betainc(np.arange(k)[None, :], shape, (rho / (shape + rho))[:, None])
     ahead[:, 0] = 1.0
-    none = np.exp(-shape * np.log1p(rho / shape))
+    log_none = -shape * np.log1p(rho / shape)
+    none = np.exp(log_none)
     pi = np.zeros((len(lam), k))
     pi[:, 0] = 1.0
-    for j in range(k - 1):
-        up = pi[:, 0] * ahead[:, j + 1] + np.einsum(
-            "ri,ri->r", pi[:, 1 : j + 1], ahead[:, j + 1 : 1 : -1]
-        )
-        pi[:, j + 1] = up / none
-        if pi[:, j + 1].max() > 1e100:  # past capacity it grows by up to 1 / P(J = 0) a place
-            pi /= pi.max(axis=1, keepdims=True)
+    if k < 2:
+        return pi
+    # past capacity pi grows by up to 1 / P(J = 0) + 1 a place: blocks it cannot overflow in
+    size = int(np.clip(200.0 / np.log1p(np.exp(-log_none.min())), 1, min(_CHAIN_BLOCK, k - 1)))
+    gap = np.arange(size)[:, None] - np.arange(size)[None, :]
+    step = np.where(gap > 0, ahead[:, np.clip(gap + 1, 0, k - 1)], 0.0) / none[:, None, None]
+    inv, power, terms = np.eye(size) + step, step, 2
+    while terms < size:
+        power = power @ power  # N^terms
+        inv = inv + inv @ power
+        terms *= 2
+    for start in range(1, k, size):
+        stop = min(start + size, k)
+        below = pi[:, :1] * ahead[:, start:stop]  # from pi_0, then from the places 1..start-1
+        held = np.arange(start, stop)[:, None] - np.arange(1, start)[None, :] + 1
+        below += np.einsum("rni,ri->rn", ahead[:, held], pi[:, 1:start])
+        m = stop - start
+        pi[:, start:stop] = np.einsum("rab,rb->ra", inv[:, :m, :m], below / none[:, None])
+        top = pi.max(axis=1, keepdims=True)
+        if top.max() > 1e100:
+            pi /= top
     return pi / pi.sum(axis=1, keepdims=True)
 
 

@@ -17,6 +17,7 @@ from llmlat._models import (
     _fast_server_cached,
     _fast_server_states,
     _mdck_states,
+    _mg1k_chain,
     _mg1k_states,
     _mg1k_wait_cdf,
     _mgck_wait_cdf,
@@ -170,6 +171,24 @@ def test_one_server_behind_a_cap_is_exact_at_any_cv():
         t = np.array([0.2, 1.0, 3.0]) * (1 + cv**2)
         open_law = 1 - pw * np.exp(log_tail(t))
         np.testing.assert_allclose(np.interp(t, x, cdf), open_law, atol=1e-4)
+
+
+def test_the_one_server_chain_balances_every_cut_across_its_blocks():
+    # 80 places (three blocks of the solve): exponential service is the M/M/1/K chain, and
+    # at CV 2 each cut's balance holds, pi_{j+1} P(J = 0) = pi_0 P(J > j) + sum pi_i P(J >
+    # j - i + 1), from no load to far past capacity
+    k, lam = 80, np.array([0.0, 1.0, 2.0, 3.0, 80.0])
+    seen = queueing._mmck_states(lam[1:], MU, 1, k)[:, :k]  # admitted arrivals see these
+    exact = seen / seen.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(_mg1k_chain(lam, MU, k, 1.0)[1:], exact, rtol=1e-10, atol=1e-300)
+    s, rho = 0.25, lam / MU
+    for pi, r in zip(_mg1k_chain(lam, MU, k, 2.0), rho, strict=True):
+        ahead = special.betainc(np.arange(k), s, r / (s + r))
+        ahead[0] = 1.0
+        none = (s / (s + r)) ** s
+        for j in range(k - 1):
+            up = pi[0] * ahead[j + 1] + pi[1 : j + 1] @ ahead[j + 1 : 1 : -1]
+            assert pi[j + 1] * none == pytest.approx(up, rel=1e-12, abs=1e-300)
 
 
 @pytest.mark.parametrize(
