@@ -357,3 +357,20 @@ def test_the_capped_profile_keeps_the_sets_and_the_warm_starts():
         data = mgc_sweep("rate", rates, MU, 1, cv_s=0.5, queue_cap=cap, seed=3)
         note = llmlat.fit(data, model="mmc").plan(p95=3.0).note
         assert "of a service with CV" not in note, note
+
+
+def test_a_capped_sweep_that_never_saturated_asks_for_the_level_that_does():
+    # 16 servers at CV 2 behind 32 places, seed 105: the 120% level's services drew a mean
+    # of 0.421 s where 0.5 is the truth (a capacity of 38.0/s against 37.2/s offered), so
+    # it refused only 8 of 967 requests and served all but 0.5/s of what it was offered:
+    # nothing bounds c from above, and the fit says so, with the level to add; measured
+    # there, c's set holds 16
+    c, rates = 16, [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    data = mgc_sweep("rate", rates, MU, c, cv_s=2.0, queue_cap=2 * c, seed=105)
+    with pytest.raises(_estimate.NeedsData, match="no saturation reached") as refusal:
+        llmlat.fit(data, model="mmc")
+    advice = refusal.value.next_levels().iloc[0]
+    assert advice["level"] == 2 * rates[-1] and advice["requests"] >= 900
+    more = mgc_sweep("rate", [*rates, advice["level"]], MU, c, cv_s=2.0, queue_cap=2 * c, seed=105)
+    lo, hi = llmlat.fit(more, model="mmc").conf_int().loc["c"]
+    assert lo <= c <= hi < 2 * c
