@@ -392,36 +392,38 @@ def _fast_server_states(lam: np.ndarray, p: dict) -> np.ndarray:
     p_K) / mu``: exact for one server and for exponential service (the M/M/c/K chain).
     Against exact simulations behind a queue of 2c (c = 2 to 64, CV 1.5 to 3, 50-120% load,
     10^6 requests a point, 4 x 10^5 at c = 64; ``bench_mgc.py --capped``) the refused share
-    reads -0.5 to +0.1 point, P(wait) -1.0 to +1.0 point and the mean -1.8% to +1.1%; with
+    reads -0.5 to +0.2 point, P(wait) -1.2 to +1.0 point and the mean -1.9% to +1.1%; with
     the service's own CV they had read -0.5 to +1.3, -6.2 to +1.0 and -4.7% to +2.6%, the
     M/M/c/K chain's refused share 0.049 where 0.101 are refused (c = 4, CV 2, 90% load),
     and the mean by whole service spells (the law before those) up to 6.5% high.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
-    c = int(p["c"])
-    key = (lam.tobytes(), float(p["mu"]), c, int(p["k_sys"]), _fast_server_cv(p["cv_s"], c))
+    c, k = int(p["c"]), int(p["k_sys"])
+    key = (lam.tobytes(), float(p["mu"]), c, k, _fast_server_cv(p["cv_s"], c, k))
     return _fast_server_cached(*key).copy()
 
 
-#: How much of the service's variability the fast server of :func:`_fast_server_states` keeps
-#: on many servers: its CV is ``cv ** (1 - _SUPERPOSED (1 - 1 / c))``.
-_SUPERPOSED = 0.14
+#: How much of the service's variability the fast server of :func:`_fast_server_states` gives
+#: up on many servers: its CV is ``cv ** (1 - _SUPERPOSED (c - 1) / K)``.
+_SUPERPOSED = 0.4
 
 
-def _fast_server_cv(cv: float, c: int) -> float:
-    """The service CV of :func:`_fast_server_states`' one server c times as fast.
+def _fast_server_cv(cv: float, c: int, k: int) -> float:
+    """The service CV of :func:`_fast_server_states`' one server c times as fast, K places.
 
-    c servers' completions over the time a queue of a few places drains vary less than
-    those of one server c times as fast with the same CV (over a short while they are
-    nearly Poisson; only over a long one do they vary as much), so a fast server with the
-    service's CV stays full too long: its P(wait) read up to 6 points low, its refused share
-    up to 1.3 points high and its mean past capacity up to 4.7% low (c = 2 to 64, CV 1.5 to
-    3, behind a queue of 2c). ``cv ** (1 - 0.14 (1 - 1 / c))`` is the exponent that fitted
-    exact simulations of those cases best (about 0.93 at c = 2 and 0.88 from c = 4 on, the
-    same at CV 1.5, 2 and 3); it keeps one server (c = 1) and exponential service exact.
-    Other queue lengths than 2c were not measured.
+    c servers' completions over the time a short queue drains vary less than those of one
+    server c times as fast with the same CV (over a short while they are nearly Poisson;
+    only over a long one do they vary as much), so a fast server with the service's CV
+    stays full too long: its P(wait) read up to 6 points low behind a queue of 2c and up to
+    17 behind one of c / 4, its refused share up to 1.3 points high and its mean past
+    capacity up to 4.7% low (c = 2 to 64, CV 1.5 to 3). ``cv ** (1 - 0.4 (c - 1) / K)``
+    gives up more of the CV the more servers there are and the shorter the queue (K - c) is
+    against them; its one constant fitted exact simulations of those cases (queues of c / 4,
+    2c and 4c; 10^6 to 5 x 10^6 requests a point), where P(wait) then reads -1.3 to +1.8
+    points, the refused share -0.5 to +0.3 and the mean -2.4% to +1.2%. It keeps one server
+    (c = 1), exponential service and no queue (K = c, insensitive) exact.
     """
-    return float(cv) ** (1.0 - _SUPERPOSED * (1.0 - 1.0 / c))
+    return float(cv) ** (1.0 - _SUPERPOSED * (c - 1) / k)
 
 
 @functools.lru_cache(maxsize=256)
@@ -460,8 +462,9 @@ def _fast_server_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     + 1), exactly: :func:`_mg1k_wait_cdf`) given that it waits: the same law those states
     take from c on, so the wait's mean is theirs by Little's law. Against exact simulations
     behind a queue of 2c (c = 2 to 64, CV 1.5 to 3, 50-120% load, 10^6 requests a point, 4
-    x 10^5 at c = 64; ``bench_mgc.py --capped``) the response's p95 reads -1.2% to +1.4%
-    and its p99 -1.1% to +0.8%; with the service's own CV they had read up to 4.6% and 3.9%
+    x 10^5 at c = 64; ``bench_mgc.py --capped``) the response's p95 reads -1.1% to +1.4%
+    and its p99 -1.0% to +0.8% (-1.7% to +0.9% and -0.5% to +0.6% behind queues of c / 4
+    and 4c); with the service's own CV they had read up to 4.6% and 3.9%
     high (c = 2 and 4 at CV 3), with the M/M/c/K chain's probability of waiting up to 5.7%
     and 3.2% high, and the gamma law by whole service spells (the law before those) the p95
     up to 7% high and the p99 up to 17% low.
@@ -469,7 +472,7 @@ def _fast_server_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     # a coarse grid, 8 steps a place (0.1-0.5% on the p95): a plan asks for hundreds of these
     places = k - c + 1
-    cv = _fast_server_cv(p["cv_s"], c)
+    cv = _fast_server_cv(p["cv_s"], c, k)
     x, fast = _mg1k_wait_cdf(lam, c * mu, places, cv, points=max(2 * _GRID, 8 * places))
     states = _fast_server_states(np.array([float(lam)]), p)[0]
     waits = states[c:k].sum() / (1.0 - states[k])
@@ -487,8 +490,8 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     64, 50-120% load, CV 0.05-2; ``bench_mgc.py --capped``): one server's law is exact
     (within the simulation's 0.1-0.8%); on 4 to 64 servers (2 x 10^6 requests) the p95 reads
     -1.2% to +1.1% and the p99 -1.4% to +1.8% at CV 0.2-0.7 (the mixture in ``cv^2``), and
-    on 2 to 64 servers at CV 1.5-3 (10^6 requests, 4 x 10^5 at c = 64) -1.2% to +1.4%
-    (p95) and -1.1% to +0.8% (p99; :func:`_fast_server_wait_cdf`). The gamma law with the
+    on 2 to 64 servers at CV 1.5-3 (10^6 requests, 4 x 10^5 at c = 64) -1.1% to +1.4%
+    (p95) and -1.0% to +0.8% (p99; :func:`_fast_server_wait_cdf`). The gamma law with the
     mean and variance of the wait by whole service spells (the law before) had read 4
     near-constant servers 6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
     """

@@ -1070,9 +1070,10 @@ class FitResult:
                 beyond = " (measured up to CV 3)" if cv > 3.0 else ""
                 return (
                     f"behind the queue cap, {law} comes from one server as fast as all of them "
-                    "from the c-th request on, which reads -1.2% to +1.4% at the p95 and -1.1% "
+                    "from the c-th request on, which reads -1.1% to +1.4% at the p95 and -1.0% "
                     "to +0.8% at the p99 (against exact simulation at CV 1.5-3, 2 to 64 "
-                    f"servers, a queue of twice as many){beyond}: keep that margin, or " + check
+                    "servers, a queue of twice as many; -1.7% to +0.9% at the p95 with a "
+                    f"quarter or four times as many){beyond}: keep that margin, or " + check
                 )
             return ""
         thinks = p.get("think_s", 0.0) > 0 or p.get("level_think_s") is not None
