@@ -279,10 +279,7 @@ def _mg1k_chain(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     shape, rho = 1.0 / cv**2, lam / mu
-    # P(J >= m) for m = 0..K - 1, and P(J = 0) = (s / (s + rho))^s without cancellation
-    ahead = special.betainc(np.arange(k)[None, :], shape, (rho / (shape + rho))[:, None])
-    ahead[:, 0] = 1.0
-    log_none = -shape * np.log1p(rho / shape)
+    ahead, log_none = _nbinom_tails(rho, shape, k)
     none = np.exp(log_none)
     pi = np.zeros((len(lam), k))
     pi[:, 0] = 1.0
@@ -308,6 +305,32 @@ def _mg1k_chain(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
         if top.max() > 1e100:
             pi /= top
     return pi / pi.sum(axis=1, keepdims=True)
+
+
+def _nbinom_tails(rho: np.ndarray, shape: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """P(J >= m) for m = 0..k-1, one row per load ``rho``, and log P(J = 0): J the Poisson
+    arrivals (``rho`` on average) during a gamma service of shape ``shape``, a negative
+    binomial count.
+
+    From the top down, with no cancellation: P(J >= k - 1) is the regularized incomplete
+    beta function ``I_{rho / (s + rho)}(k - 1, s)``, and each P(J >= m) below it adds P(J =
+    m), from P(J = 0) = (s / (s + rho))^s up by the ratios ``(m + s) / (m + 1) rho / (s +
+    rho)`` (summed as logarithms): one incomplete beta function a load instead of k.
+    """
+    x = rho / (shape + rho)
+    log_none = -shape * np.log1p(rho / shape)
+    out = np.ones((len(rho), k))
+    if k < 2:
+        return out, log_none
+    m = np.arange(k - 2)
+    with np.errstate(divide="ignore"):  # no load: no arrival
+        steps = np.log((m + shape) / (m + 1.0))[None, :] + np.log(x)[:, None]
+    logs = np.concatenate([np.zeros((len(rho), 1)), np.cumsum(steps, axis=1)], axis=1)
+    pmf = np.exp(log_none[:, None] + logs)  # P(J = j), j = 0..k-2
+    top = special.betainc(k - 1.0, shape, x)[:, None]
+    out[:, 1:-1] = top + np.cumsum(pmf[:, :0:-1], axis=1)[:, ::-1]
+    out[:, -1:] = top
+    return out, log_none
 
 
 def _mg1k_states(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
