@@ -23,6 +23,7 @@ from llmlat._models import (
     _mgck_wait_cdf,
     _mmck_quantile,
     _mmck_wait,
+    _nbinom_tails,
 )
 from llmlat._synth import fcfs_responses, mgc_sweep
 from llmlat.fitting import _estimate
@@ -171,6 +172,16 @@ def test_one_server_behind_a_cap_is_exact_at_any_cv():
         t = np.array([0.2, 1.0, 3.0]) * (1 + cv**2)
         open_law = 1 - pw * np.exp(log_tail(t))
         np.testing.assert_allclose(np.interp(t, x, cdf), open_law, atol=1e-4)
+
+
+def test_the_negative_binomial_tails_are_the_incomplete_beta_functions():
+    # summed from the top down, one incomplete beta function a load: near-constant to CV 4
+    rho = np.array([0.0, 1e-9, 0.3, 1.0, 1.2, 5.0, 100.0, 1000.0])
+    for shape in (1e12, 400.0, 1.0, 0.25, 1 / 16):
+        tails = _nbinom_tails(rho, shape, 80)[0]
+        exact = special.betainc(np.arange(80)[None, :], shape, (rho / (shape + rho))[:, None])
+        exact[:, 0] = 1.0
+        np.testing.assert_allclose(tails, exact, rtol=1e-11, atol=1e-300)
 
 
 def test_the_one_server_chain_balances_every_cut_across_its_blocks():
