@@ -348,6 +348,23 @@ def _mg1k_states(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
     return out
 
 
+def _poisson_tails(y: np.ndarray, top: int) -> np.ndarray:
+    """P(N >= n) for n = 1..top (rows) and N Poisson of each mean in ``y`` (columns).
+
+    From the top down, with no cancellation: P(N >= top) is the regularized incomplete gamma
+    function, and each P(N >= n) below it adds P(N = n) (one incomplete gamma function a
+    mean instead of ``top``).
+    """
+    out = np.empty((top, len(y)))
+    out[-1] = special.gammainc(top, y)
+    if top > 1:
+        n = np.arange(1, top)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):  # a mean of 0: no arrival
+            pmf = np.exp(n * np.log(y) - y - special.gammaln(n + 1.0))
+        out[:-1] = out[-1] + np.cumsum(np.nan_to_num(pmf[::-1]), axis=0)[::-1]
+    return out
+
+
 def _mg1k_wait_cdf(
     lam: float, mu: float, k: int, cv: float, points: int = 8 * _GRID
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -382,8 +399,7 @@ def _mg1k_wait_cdf(
     starts[0] += pi[0]
     ahead = n[:, None] - n[None, :]
     toeplitz = np.where(ahead >= 0, starts[np.clip(ahead, 0, None)], 0.0)
-    arrived = special.gammainc(np.arange(1, k)[:, None], lam * x[None, :])
-    w = toeplitz @ np.diff(arrived, axis=1) / lam
+    w = toeplitz @ np.diff(_poisson_tails(lam * x, k - 1), axis=1) / lam
     # the service's mass in [u + i h, u + (i + 1) h): half-shifted cells
     served = np.diff(special.gammainc(shape, rate * (np.arange(2 * n_x + 2) + 0.5) * h))
     size = 1 << int(np.ceil(np.log2(3 * n_x + 2)))

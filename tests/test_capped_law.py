@@ -24,6 +24,7 @@ from llmlat._models import (
     _mmck_quantile,
     _mmck_wait,
     _nbinom_tails,
+    _poisson_tails,
 )
 from llmlat._synth import fcfs_responses, mgc_sweep
 from llmlat.fitting import _estimate
@@ -174,7 +175,7 @@ def test_one_server_behind_a_cap_is_exact_at_any_cv():
         np.testing.assert_allclose(np.interp(t, x, cdf), open_law, atol=1e-4)
 
 
-def test_the_negative_binomial_tails_are_the_incomplete_beta_functions():
+def test_the_tails_summed_from_the_top_are_the_incomplete_beta_and_gamma_functions():
     # summed from the top down, one incomplete beta function a load: near-constant to CV 4
     rho = np.array([0.0, 1e-9, 0.3, 1.0, 1.2, 5.0, 100.0, 1000.0])
     for shape in (1e12, 400.0, 1.0, 0.25, 1 / 16):
@@ -182,6 +183,10 @@ def test_the_negative_binomial_tails_are_the_incomplete_beta_functions():
         exact = special.betainc(np.arange(80)[None, :], shape, (rho / (shape + rho))[:, None])
         exact[:, 0] = 1.0
         np.testing.assert_allclose(tails, exact, rtol=1e-11, atol=1e-300)
+    # and the Poisson ones of the wait's grid the same way
+    y = np.concatenate([[0.0, 1e-12], np.linspace(0.01, 300.0, 500)])
+    exact = special.gammainc(np.arange(1, 129)[:, None], y[None, :])
+    np.testing.assert_allclose(_poisson_tails(y, 128), exact, rtol=1e-11, atol=1e-300)
 
 
 def test_the_one_server_chain_balances_every_cut_across_its_blocks():
