@@ -279,6 +279,9 @@ def test_the_fast_server_states_are_exact_where_a_chain_is():
     with np.errstate(invalid="ignore"):
         one = _fast_server_states(lam, {"mu": MU, "c": 1, "k_sys": 5, "cv_s": 2.0})
     np.testing.assert_allclose(one, _mg1k_states(lam, MU, 5, 2.0), atol=1e-13)
+    # no queue (K = c): Erlang's loss system, whatever the CV (insensitive)
+    loss = _fast_server_states(lam[1:], {"mu": MU, "c": 16, "k_sys": 16, "cv_s": 2.5})
+    np.testing.assert_allclose(loss, queueing._mmck_states(lam[1:], MU, 16, 16), atol=1e-13)
 
 
 def test_a_plan_behind_a_cap_says_where_the_law_reads_low():
