@@ -22,10 +22,11 @@ near the knee, and no worse than before.
 
 ``--capped N`` tabulates the capped law instead (M/G/c/K behind a queue of 2c: the admitted
 requests' p95 and p99, :func:`llmlat._models._mmck_quantile`, the refused share,
-``Model.blocking``, and the admitted mean the fit matches, :func:`llmlat._models._mmck_wait`)
-against N-request exact simulations (:func:`simulate` with the cap) at loads 50-120%:
-relative errors in percent (the refused share's in points), each with the simulation's
-standard error (20 groups of whole replications).
+``Model.blocking``, the admitted requests' probability of waiting and their mean, which the
+fit matches, :func:`llmlat._models._mmck_wait`) against N-request exact simulations
+(:func:`llmlat._synth.fcfs_responses` with the cap) at loads 50-120%: relative errors in
+percent (the refused share's and P(wait)'s in points), each with the simulation's standard
+error (20 groups of whole replications).
 """
 
 from __future__ import annotations
@@ -44,12 +45,10 @@ PROBS = np.array([0.95, 0.99])
 GROUPS = 20
 
 
-def simulate(
-    lam: float, c: int, cv: float, reps: int, length: int, seed: int, cap: int | None = None
-) -> np.ndarray:
+def simulate(lam: float, c: int, cv: float, reps: int, length: int, seed: int) -> np.ndarray:
     """Response times, ``(length, reps)``: ``reps`` seeded FCFS M/G/c runs after their warm-up
-    (:func:`llmlat._synth.fcfs_responses`; with ``cap`` most waiting, a refusal is NaN)."""
-    return fcfs_responses(c, MU, cv, reps, length, seed, rate=lam, cap=cap)
+    (:func:`llmlat._synth.fcfs_responses`)."""
+    return fcfs_responses(c, MU, cv, reps, length, seed, rate=lam)
 
 
 def before(lam: float, c: int, cv: float) -> np.ndarray:
@@ -64,42 +63,49 @@ CAPPED_LOADS = (0.5, 0.7, 0.8, 0.9, 1.0, 1.2)
 
 def _capped_point(args: tuple[int, float, float, int]) -> tuple[np.ndarray, np.ndarray, float]:
     """One point of :func:`capped`: errors and standard errors (the p95 and p99 and the
-    admitted mean in percent, the refused share in points), the law's ms per quantile."""
+    admitted mean in percent, the refused share and P(wait) in points), the law's ms per
+    quantile."""
     c, cv, load, n = args
     lam = load * c * MU
     reps = max(GROUPS, min(1000, n // 2000))
-    resp = simulate(lam, c, cv, reps, -(-n // reps), seed=1, cap=2 * c)
+    length = -(-n // reps)
+    resp, waited = fcfs_responses(c, MU, cv, reps, length, 1, rate=lam, cap=2 * c, waited=True)
 
-    def measures(r: np.ndarray) -> np.ndarray:
-        """p95, p99, refused share, admitted mean."""
-        return np.array([*np.nanquantile(r, PROBS), np.isnan(r).mean(), np.nanmean(r)])
+    def measures(r: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """p95, p99, refused share, P(wait) of the admitted, admitted mean."""
+        admitted = np.isfinite(r).sum()
+        return np.array(
+            [*np.nanquantile(r, PROBS), np.isnan(r).mean(), w.sum() / admitted, np.nanmean(r)]
+        )
 
-    truth = measures(resp)
+    truth = measures(resp, waited)
     # groups of whole replications: independent, so their spread is the error's
-    groups = [measures(g) for g in np.array_split(resp, GROUPS, axis=1)]
+    parts = zip(*(np.array_split(x, GROUPS, axis=1) for x in (resp, waited)), strict=True)
+    groups = [measures(r, w) for r, w in parts]
     se = np.std(groups, axis=0, ddof=1) / np.sqrt(GROUPS)
     p = {"mu": MU, "c": c, "k_sys": 3 * c, **({"cv_s": cv} if cv != 1.0 else {})}
     t = time.perf_counter()
     law = np.array([_mmck_quantile(float(pr), np.array([lam]), p)[0] for pr in PROBS])
     ms = (time.perf_counter() - t) * 1e3 / len(PROBS)
     refused = float(Model.blocking(p, np.array([lam]))[0])
-    mean = float(_mmck_wait(np.array([lam]), p)[1][0]) + 1.0 / MU
+    pwait, wait = (float(v[0]) for v in _mmck_wait(np.array([lam]), p))
     scale = truth / 100.0
-    scale[2] = 0.01  # the refused share in points
-    err = (np.array([*law, refused, mean]) - truth) / scale
+    scale[2:4] = 0.01  # the refused share and P(wait) in points
+    err = (np.array([*law, refused, pwait, wait + 1.0 / MU]) - truth) / scale
     return err, se / scale, ms
 
 
 def capped(requests: int, servers: list[int], cvs: list[float], jobs: int) -> None:
     """Print the capped law's errors against exact simulations, one line per CV and c, one
-    cell per load: ``p95 err (se) / p99 err (se) / refused err (se) / mean err (se)``, in
-    percent (the refused share in points), and the largest of each over each CV."""
+    cell per load: ``p95 err (se) / p99 err (se) / refused err (se) / P(wait) err (se) / mean
+    err (se)``, in percent (the refused share and P(wait) in points), and the largest of each
+    over each CV."""
     from concurrent.futures import ProcessPoolExecutor
 
     grid = [(c, cv, f, requests) for cv in cvs for c in servers for f in CAPPED_LOADS]
     print(f"capped law, queue 2c, {requests:,d} simulated requests a point: p95 err % (se) / "
-          "p99 err % (se) / refused share err points (se) / admitted mean err % (se) at each "
-          "load; law ms per quantile")  # fmt: skip
+          "p99 err % (se) / refused share err points (se) / P(wait) err points (se) / admitted "
+          "mean err % (se) at each load; law ms per quantile")  # fmt: skip
     with ProcessPoolExecutor(jobs) as pool:
         rows = list(pool.map(_capped_point, grid))
     span: dict[float, list[np.ndarray]] = {}
@@ -107,7 +113,7 @@ def capped(requests: int, servers: list[int], cvs: list[float], jobs: int) -> No
         c, cv = grid[i][:2]
         part = rows[i : i + len(CAPPED_LOADS)]
         cells = [
-            f"{f:.1f}: " + " / ".join(f"{e[j]:+5.2f} ({s[j]:.2f})" for j in range(4))
+            f"{f:.1f}: " + " / ".join(f"{e[j]:+5.2f} ({s[j]:.2f})" for j in range(5))
             for (_, _, f, _), (e, s, _) in zip(grid[i : i + 6], part, strict=True)
         ]
         span.setdefault(cv, []).extend(e for e, _, _ in part)
@@ -115,7 +121,7 @@ def capped(requests: int, servers: list[int], cvs: list[float], jobs: int) -> No
         print(f"cv {cv:<4g} c {c:<3d} " + " | ".join(cells) + f" | {ms:.0f} ms", flush=True)
     for cv, errs in span.items():
         lo, hi = np.min(errs, axis=0), np.max(errs, axis=0)
-        names = ("p95 %", "p99 %", "refused pt", "mean %")
+        names = ("p95 %", "p99 %", "refused pt", "P(wait) pt", "mean %")
         spans = [f"{n} {a:+.2f} to {b:+.2f}" for n, a, b in zip(names, lo, hi, strict=True)]
         print(f"cv {cv:g}: " + ", ".join(spans))
 

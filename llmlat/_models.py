@@ -59,6 +59,9 @@ _GRID = 128
 #: Places past K on which :func:`_mdck_cached` solves the chain's shape (at most c).
 _MARGIN = 16
 
+#: Places of :func:`_mg1k_chain` solved together.
+_CHAIN_BLOCK = 32
+
 
 @functools.cache
 def _blas() -> ThreadpoolController:
@@ -265,25 +268,69 @@ def _mg1k_chain(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
     starting on an arrival) is followed by one leaving ``min(max(i, 1) - 1 + J, K - 1)``,
     those past the cap refused. Across the cut between j and j + 1 the chain moves down only
     from j + 1 with no arrival, so ``pi_{j+1} P(J = 0) = pi_0 P(J >= j + 1) + sum_{1 <= i <= j}
-    pi_i P(J >= j - i + 2)``: a sum of positive terms, from pi_0 up (no solve, no
-    cancellation). An admitted arrival sees this law too.
+    pi_i P(J >= j - i + 2)``: a sum of positive terms, from pi_0 up (no cancellation). An
+    admitted arrival sees this law too.
+
+    The places go in blocks (a capped fit asks for this chain about a thousand times): in a
+    block, the terms of its own places are a strictly lower triangular Toeplitz matrix N
+    (divided by P(J = 0)), so the block is ``(I - N)^-1`` applied to what the places below
+    it give, and ``(I - N)^-1 = (I + N)(I + N^2)(I + N^4)...`` (N is nilpotent): products
+    of positive terms still.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
     shape, rho = 1.0 / cv**2, lam / mu
-    # P(J >= m) for m = 0..K - 1, and P(J = 0) = (s / (s + rho))^s without cancellation
-    ahead = special.betainc(np.arange(k)[None, :], shape, (rho / (shape + rho))[:, None])
-    ahead[:, 0] = 1.0
-    none = np.exp(-shape * np.log1p(rho / shape))
+    ahead, log_none = _nbinom_tails(rho, shape, k)
+    none = np.exp(log_none)
     pi = np.zeros((len(lam), k))
     pi[:, 0] = 1.0
-    for j in range(k - 1):
-        up = pi[:, 0] * ahead[:, j + 1] + np.einsum(
-            "ri,ri->r", pi[:, 1 : j + 1], ahead[:, j + 1 : 1 : -1]
-        )
-        pi[:, j + 1] = up / none
-        if pi[:, j + 1].max() > 1e100:  # past capacity it grows by up to 1 / P(J = 0) a place
-            pi /= pi.max(axis=1, keepdims=True)
+    if k < 2:
+        return pi
+    # past capacity pi grows by up to 1 / P(J = 0) + 1 a place: blocks it cannot overflow in
+    size = int(np.clip(200.0 / np.log1p(np.exp(-log_none.min())), 1, min(_CHAIN_BLOCK, k - 1)))
+    gap = np.arange(size)[:, None] - np.arange(size)[None, :]
+    step = np.where(gap > 0, ahead[:, np.clip(gap + 1, 0, k - 1)], 0.0) / none[:, None, None]
+    inv, power, terms = np.eye(size) + step, step, 2
+    while terms < size:
+        power = power @ power  # N^terms
+        inv = inv + inv @ power
+        terms *= 2
+    for start in range(1, k, size):
+        stop = min(start + size, k)
+        below = pi[:, :1] * ahead[:, start:stop]  # from pi_0, then from the places 1..start-1
+        held = np.arange(start, stop)[:, None] - np.arange(1, start)[None, :] + 1
+        below += np.einsum("rni,ri->rn", ahead[:, held], pi[:, 1:start])
+        m = stop - start
+        pi[:, start:stop] = np.einsum("rab,rb->ra", inv[:, :m, :m], below / none[:, None])
+        top = pi.max(axis=1, keepdims=True)
+        if top.max() > 1e100:
+            pi /= top
     return pi / pi.sum(axis=1, keepdims=True)
+
+
+def _nbinom_tails(rho: np.ndarray, shape: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """P(J >= m) for m = 0..k-1, one row per load ``rho``, and log P(J = 0): J the Poisson
+    arrivals (``rho`` on average) during a gamma service of shape ``shape``, a negative
+    binomial count.
+
+    From the top down, with no cancellation: P(J >= k - 1) is the regularized incomplete
+    beta function ``I_{rho / (s + rho)}(k - 1, s)``, and each P(J >= m) below it adds P(J =
+    m), from P(J = 0) = (s / (s + rho))^s up by the ratios ``(m + s) / (m + 1) rho / (s +
+    rho)`` (summed as logarithms): one incomplete beta function a load instead of k.
+    """
+    x = rho / (shape + rho)
+    log_none = -shape * np.log1p(rho / shape)
+    out = np.ones((len(rho), k))
+    if k < 2:
+        return out, log_none
+    m = np.arange(k - 2)
+    with np.errstate(divide="ignore"):  # no load: no arrival
+        steps = np.log((m + shape) / (m + 1.0))[None, :] + np.log(x)[:, None]
+    logs = np.concatenate([np.zeros((len(rho), 1)), np.cumsum(steps, axis=1)], axis=1)
+    pmf = np.exp(log_none[:, None] + logs)  # P(J = j), j = 0..k-2
+    top = special.betainc(k - 1.0, shape, x)[:, None]
+    out[:, 1:-1] = top + np.cumsum(pmf[:, :0:-1], axis=1)[:, ::-1]
+    out[:, -1:] = top
+    return out, log_none
 
 
 def _mg1k_states(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
@@ -298,6 +345,23 @@ def _mg1k_states(lam: np.ndarray, mu: float, k: int, cv: float) -> np.ndarray:
     pi = _mg1k_chain(lam, mu, k, cv)
     out[:, :k] = pi / (pi[:, :1] + (lam / mu)[:, None])
     out[:, k] = 1.0 - out[:, :k].sum(axis=1)
+    return out
+
+
+def _poisson_tails(y: np.ndarray, top: int) -> np.ndarray:
+    """P(N >= n) for n = 1..top (rows) and N Poisson of each mean in ``y`` (columns).
+
+    From the top down, with no cancellation: P(N >= top) is the regularized incomplete gamma
+    function, and each P(N >= n) below it adds P(N = n) (one incomplete gamma function a
+    mean instead of ``top``).
+    """
+    out = np.empty((top, len(y)))
+    out[-1] = special.gammainc(top, y)
+    if top > 1:
+        n = np.arange(1, top)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):  # a mean of 0: no arrival
+            pmf = np.exp(n * np.log(y) - y - special.gammaln(n + 1.0))
+        out[:-1] = out[-1] + np.cumsum(np.nan_to_num(pmf[::-1]), axis=0)[::-1]
     return out
 
 
@@ -335,8 +399,7 @@ def _mg1k_wait_cdf(
     starts[0] += pi[0]
     ahead = n[:, None] - n[None, :]
     toeplitz = np.where(ahead >= 0, starts[np.clip(ahead, 0, None)], 0.0)
-    arrived = special.gammainc(np.arange(1, k)[:, None], lam * x[None, :])
-    w = toeplitz @ np.diff(arrived, axis=1) / lam
+    w = toeplitz @ np.diff(_poisson_tails(lam * x, k - 1), axis=1) / lam
     # the service's mass in [u + i h, u + (i + 1) h): half-shifted cells
     served = np.diff(special.gammainc(shape, rate * (np.arange(2 * n_x + 2) + 0.5) * h))
     size = 1 << int(np.ceil(np.log2(3 * n_x + 2)))
@@ -361,20 +424,45 @@ def _fast_server_states(lam: np.ndarray, p: dict) -> np.ndarray:
     """Behind a queue cap, c > 1 servers with a service CV past 1: probabilities of 0..K in
     the system, per arrival rate.
 
-    Below c, the M/M/c/K chain's shape; from c on, that of one server c times as fast with
-    the same CV behind the same queue (M/G/1/(K - c + 1), exactly: :func:`_mg1k_states`), its
-    n - c + 1 in the system. Their two weights make the probabilities sum to 1 and the busy
-    servers carry the admitted load, ``sum min(n, c) p_n = lam (1 - p_K) / mu``: exact for
-    one server and for exponential service (the M/M/c/K chain). Against exact simulations of
-    2 x 10^6 requests behind a queue of 2c (c = 4 to 64, CV 1.5 and 2, 50-120% load;
-    ``bench_mgc.py --capped``) the refused share reads -0.25 to +0.76 point and the mean
-    -2.9% to +0.8% (-0.6% to +0.8% below capacity); the M/M/c/K chain's refused share had
-    read 0.049 where 0.101 are refused (c = 4, CV 2, 90% load), and the mean by whole
-    service spells (the law before this one) up to 6.5% high.
+    Below c, the M/M/c/K chain's shape; from c on, that of one server c times as fast behind
+    the same queue (M/G/1/(K - c + 1), exactly: :func:`_mg1k_states`), its n - c + 1 in the
+    system, with the CV of :func:`_fast_server_cv`. Their two weights make the probabilities
+    sum to 1 and the busy servers carry the admitted load, ``sum min(n, c) p_n = lam (1 -
+    p_K) / mu``: exact for one server and for exponential service (the M/M/c/K chain).
+    Against exact simulations behind a queue of 2c (c = 2 to 64, CV 1.5 to 3, 50-120% load,
+    10^6 requests a point, 4 x 10^5 at c = 64; ``bench_mgc.py --capped``) the refused share
+    reads -0.5 to +0.2 point, P(wait) -1.2 to +1.0 point and the mean -1.9% to +1.1%; with
+    the service's own CV they had read -0.5 to +1.3, -6.2 to +1.0 and -4.7% to +2.6%, the
+    M/M/c/K chain's refused share 0.049 where 0.101 are refused (c = 4, CV 2, 90% load),
+    and the mean by whole service spells (the law before those) up to 6.5% high.
     """
     lam = np.atleast_1d(np.asarray(lam, dtype=np.float64))
-    key = (lam.tobytes(), float(p["mu"]), int(p["c"]), int(p["k_sys"]), float(p["cv_s"]))
+    c, k = int(p["c"]), int(p["k_sys"])
+    key = (lam.tobytes(), float(p["mu"]), c, k, _fast_server_cv(p["cv_s"], c, k))
     return _fast_server_cached(*key).copy()
+
+
+#: How much of the service's variability the fast server of :func:`_fast_server_states` gives
+#: up on many servers: its CV is ``cv ** (1 - _SUPERPOSED (c - 1) / K)``.
+_SUPERPOSED = 0.4
+
+
+def _fast_server_cv(cv: float, c: int, k: int) -> float:
+    """The service CV of :func:`_fast_server_states`' one server c times as fast, K places.
+
+    c servers' completions over the time a short queue drains vary less than those of one
+    server c times as fast with the same CV (over a short while they are nearly Poisson;
+    only over a long one do they vary as much), so a fast server with the service's CV
+    stays full too long: its P(wait) read up to 6 points low behind a queue of 2c and up to
+    17 behind one of c / 4, its refused share up to 1.3 points high and its mean past
+    capacity up to 4.7% low (c = 2 to 64, CV 1.5 to 3). ``cv ** (1 - 0.4 (c - 1) / K)``
+    gives up more of the CV the more servers there are and the shorter the queue (K - c) is
+    against them; its one constant fitted exact simulations of those cases (queues of c / 4,
+    2c and 4c; 10^6 to 5 x 10^6 requests a point), where P(wait) then reads -1.3 to +1.8
+    points, the refused share -0.5 to +0.3 and the mean -2.4% to +1.2%. It keeps one server
+    (c = 1), exponential service and no queue (K = c, insensitive) exact.
+    """
+    return float(cv) ** (1.0 - _SUPERPOSED * (c - 1) / k)
 
 
 @functools.lru_cache(maxsize=256)
@@ -409,19 +497,22 @@ def _fast_server_wait_cdf(lam: float, p: dict) -> tuple[np.ndarray, np.ndarray]:
     request, P(W <= x) on a grid.
 
     It waits with the probability of :func:`_fast_server_states`, and then as in one server
-    c times as fast with the same CV and the same queue (M/G/1/(K - c + 1), exactly:
-    :func:`_mg1k_wait_cdf`) given that it waits: the same law those states take from c on,
-    so the wait's mean is theirs by Little's law. Against exact simulations of 2 x 10^6
-    requests behind a queue of 2c (c = 4 to 64, CV 1.5 and 2, 50-120% load; ``bench_mgc.py
-    --capped``) its p95 reads -1.1% to +1.3% and its p99 -0.7% to +0.6%; with the M/M/c/K
-    chain's probability of waiting they had read up to 5.7% and 3.2% high, and the gamma law
-    by whole service spells (the law before) the p95 up to 7% high and the p99 up to
-    17% low.
+    c times as fast with the CV of :func:`_fast_server_cv` and the same queue (M/G/1/(K - c
+    + 1), exactly: :func:`_mg1k_wait_cdf`) given that it waits: the same law those states
+    take from c on, so the wait's mean is theirs by Little's law. Against exact simulations
+    behind a queue of 2c (c = 2 to 64, CV 1.5 to 3, 50-120% load, 10^6 requests a point, 4
+    x 10^5 at c = 64; ``bench_mgc.py --capped``) the response's p95 reads -1.1% to +1.4%
+    and its p99 -1.0% to +0.8% (-1.7% to +0.9% and -0.5% to +0.6% behind queues of c / 4
+    and 4c); with the service's own CV they had read up to 4.6% and 3.9%
+    high (c = 2 and 4 at CV 3), with the M/M/c/K chain's probability of waiting up to 5.7%
+    and 3.2% high, and the gamma law by whole service spells (the law before those) the p95
+    up to 7% high and the p99 up to 17% low.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     # a coarse grid, 8 steps a place (0.1-0.5% on the p95): a plan asks for hundreds of these
     places = k - c + 1
-    x, fast = _mg1k_wait_cdf(lam, c * mu, places, p["cv_s"], points=max(2 * _GRID, 8 * places))
+    cv = _fast_server_cv(p["cv_s"], c, k)
+    x, fast = _mg1k_wait_cdf(lam, c * mu, places, cv, points=max(2 * _GRID, 8 * places))
     states = _fast_server_states(np.array([float(lam)]), p)[0]
     waits = states[c:k].sum() / (1.0 - states[k])
     if fast[0] >= 1.0:
@@ -438,10 +529,10 @@ def _mmck_quantile(prob: float, loads: np.ndarray, p: dict) -> np.ndarray:
     64, 50-120% load, CV 0.05-2; ``bench_mgc.py --capped``): one server's law is exact
     (within the simulation's 0.1-0.8%); on 4 to 64 servers (2 x 10^6 requests) the p95 reads
     -1.2% to +1.1% and the p99 -1.4% to +1.8% at CV 0.2-0.7 (the mixture in ``cv^2``), and
-    -1.1% to +1.3% (p95) and -0.7% to +0.6% (p99) at CV 1.5-2
-    (:func:`_fast_server_wait_cdf`; -0.1% to +1.2% below capacity). The gamma law with the
-    mean and variance of the wait by whole service spells (the law before) had read 4 near-constant
-    servers 6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
+    on 2 to 64 servers at CV 1.5-3 (10^6 requests, 4 x 10^5 at c = 64) -1.1% to +1.4%
+    (p95) and -1.0% to +0.8% (p99; :func:`_fast_server_wait_cdf`). The gamma law with the
+    mean and variance of the wait by whole service spells (the law before) had read 4
+    near-constant servers 6% low at 70% load, and the p99 of 64 at CV 2 17% low at 120%.
     """
     mu, c, k = p["mu"], p["c"], p["k_sys"]
     out = np.empty(len(loads))

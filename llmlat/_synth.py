@@ -597,7 +597,8 @@ def fcfs_responses(
     rate: float | None = None,
     clients: int | None = None,
     cap: int | None = None,
-) -> np.ndarray:
+    waited: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Steady-state response times of ``reps`` independent FCFS M/G/c (/K) runs.
 
     Each run starts empty, serves :func:`_warmup`'s requests unrecorded, then ``length``
@@ -628,11 +629,15 @@ def fcfs_responses(
         Closed loop: the clients (no think time).
     cap : int, optional
         Open loop: most requests waiting; more are refused.
+    waited : bool, default False
+        Also return whether each request waited for a server.
 
     Returns
     -------
     numpy.ndarray
         Shape ``(length, reps)``, in request order; NaN where the cap refused the request.
+        With ``waited``, a pair: those and a boolean array of the same shape, True where an
+        admitted request started after it was sent.
     """
     if (rate is None) == (clients is None):
         raise ValueError("fcfs_responses: give one of rate (open) or clients (closed)")
@@ -641,6 +646,7 @@ def fcfs_responses(
     engine = FCFS(c, reps, cap=cap, clients=clients)
     shape = 1.0 / cv_s**2
     out = np.empty((length, reps))
+    queued = np.zeros((length, reps), dtype=bool)
     last = np.zeros(reps)
     block = 1000
     for first in range(0, warm + length, block):
@@ -655,4 +661,7 @@ def fcfs_responses(
         resp = np.where(steps.ok, steps.end - steps.sent, np.nan)
         skip = min(max(warm - first, 0), n)
         out[first + skip - warm : first + n - warm] = resp[skip:]
-    return out
+        queued[first + skip - warm : first + n - warm] = (steps.ok & (steps.start > steps.sent))[
+            skip:
+        ]
+    return (out, queued) if waited else out

@@ -40,6 +40,12 @@ def test_capped_refusals_are_mmck_blocking(c, cap, load):
         assert states[-1] == pytest.approx((1 - rho) * rho**k / (1 - rho ** (k + 1)))
     mean, se = _mean_and_se(np.nanmean(resp, axis=0))
     assert abs(mean - states @ np.arange(k + 1) / (lam * (1 - states[-1]))) < 4 * se
+    # an admitted request waits when it finds all c servers busy (PASTA): the same draws
+    again, waited = fcfs_responses(c, MU, 1.0, 100, 2000, seed=2, rate=lam, cap=cap, waited=True)
+    np.testing.assert_array_equal(again, resp)
+    assert not waited[np.isnan(resp)].any()
+    share, se = _mean_and_se(waited.sum(axis=0) / np.isfinite(resp).sum(axis=0))
+    assert abs(share - states[c:k].sum() / (1 - states[-1])) < 4 * se
 
 
 def test_closed_clients_keep_every_server_busy():
