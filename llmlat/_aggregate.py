@@ -41,7 +41,7 @@ class Observed:
 
     ``levels`` has one row per level (sorted) with ``level``, ``n``, ``n_failed``,
     ``throughput_rps``, ``tokens_mean`` (output tokens), ``think_s`` (closed loop: mean time a
-    client spent between requests) and ``think_cv`` (its CV), ``mean_s``, ``std_s``, ``p50_s``, ``p95_s``, ``p99_s``, a
+    client spent between requests), ``mean_s``, ``std_s``, ``p50_s``, ``p95_s``, ``p99_s``, a
     standard error ``se_<stat>_s`` for each statistic (by batch means over request order, see
     :mod:`llmlat.stats`) and ``vif``: the variance of the mean over its independent-draws value
     (1 for independent requests; larger when consecutive requests share queue states); where
@@ -51,7 +51,7 @@ class Observed:
     and ``n_slope`` (the completions' slope over time and their count,
     :func:`llmlat.stats.completion_slope`). ``times`` holds each level's steady-state times in
     request order, ``itl_times`` (streamed) each request's mean inter-token latency in the same
-    order.
+    order. A closed loop's ``think_cv`` is each level's think-time CV (:func:`_think_time`).
     """
 
     kind: str

@@ -882,7 +882,7 @@ def _closed_mgc_mean(
 def _network_waits(
     nc: np.ndarray, mu: float, c: int, think_s: float, cv_s: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The exponential network's chance of waiting for j departures, and their moments.
+    """Return the exponential network's chance of waiting for j departures, and their moments.
 
     Rows = levels, columns = j (``waits``, zero at j = 0); ``mean[j]``, ``var[j]``.
     """
@@ -985,8 +985,8 @@ def _in_step(nc: np.ndarray, mu: float, c: int, think_s: float, cv_s: float) -> 
         return float(e.mean())
 
     idle = np.zeros(len(nc))
-    for n in np.flatnonzero(queued):
-        grow = nc[n] / j[n]  # N / X - Z rises by this per unit of E I
+    for n in map(int, np.flatnonzero(queued)):
+        grow = float(nc[n] / j[n])  # N / X - Z rises by this per unit of E I
 
         def gap(ib: float, n: int = n, grow: float = grow) -> float:
             return s + excess(n, ib) - (grow * (mb[n] + ib) - z)
@@ -1066,7 +1066,7 @@ def _queued_gamma_quantile(
 def _queued_gamma_cdf(
     waits: np.ndarray, mean: np.ndarray, var: np.ndarray, mu: float, cv_s: float
 ) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]:
-    """The CDF of :func:`_queued_gamma_quantile` (one time per level) and a typical time."""
+    """Return the CDF of :func:`_queued_gamma_quantile` (a time per level) and a typical time."""
     pw = waits.sum(axis=1)
     m1 = waits @ mean
     m2 = waits @ (mean**2 + var)

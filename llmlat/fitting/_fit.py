@@ -91,7 +91,7 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
 
 
 def _think_cv(obs: Observed) -> tuple[float, str]:
-    """The think time's CV for the closed M/G/c law, and the note that says so.
+    """Return the think time's CV for the closed M/G/c law, and the note that says so.
 
     Pooled over the closed levels that measured one (weighted by their requests); unknown
     (no clients in the rows) is taken as 1, the exponential network's law.
