@@ -108,7 +108,7 @@ def _think_cv(obs: Observed) -> tuple[float, str]:
     value = float(np.average(cv[good], weights=n[good]))
     share = min(value, 1.0)
     return value, (
-        f"think-time CV {value:.2g} measured from the clients' gaps between requests: the "
+        f"think-time CV {value:.2f} measured from the clients' gaps between requests: the "
         f"closed law weighs clients in step (constant think times) {1 - share:.0%} and the "
         f"exponential network {share:.0%}"
     )

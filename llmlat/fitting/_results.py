@@ -1090,7 +1090,7 @@ class FitResult:
             band = 0.05 if cv < 0.25 else 0.5 if cv < 1.0 else 2.0
             (m_lo, m_hi), (q_lo, q_hi) = _CLOSED_THINK_ERRORS[band]
             return (
-                f"with think time (CV {p.get('think_cv', 1.0):.2g}), {law} comes from a "
+                f"with think time (CV {p.get('think_cv', 1.0):.2f}), {law} comes from a "
                 "closed M/G/c law that weighs clients in step (constant think times) against "
                 "the exponential network by the think time's CV: against exact simulation at "
                 f"service CV {band:g} (1-16 servers, think CV 0-2) its mean reads {m_lo} to "
