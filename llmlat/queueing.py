@@ -1003,22 +1003,27 @@ def _in_step(nc: np.ndarray, mu: float, c: int, think_s: float, cv_s: float) -> 
     mean = s + wait
     throughput = nc / (mean + z)
 
-    # P(R <= t) over the idle nodes: served at once when B <= Z - I, else S + B - (Z - I);
-    # B's part on Gauss-Legendre nodes in its probability above Z - I
-    nodes, weights = _LEGENDRE_32
-    a = z - idle[:, None] * _IDLE_NODES[None, :]  # (levels, idle)
-    below = np.where(
-        queued[:, None],
-        special.gammainc(kb[:, None], np.clip(a, 0.0, None) / tb[:, None]) * (a > 0),
-        1.0,
-    )
-    u = below[..., None] + (1.0 - below[..., None]) * 0.5 * (nodes + 1.0)
-    b = special.gammaincinv(kb[:, None, None], np.clip(u, 0.0, 1.0 - 1e-16)) * tb[:, None, None]
-    extra = np.clip(b - a[..., None], 0.0, None)  # (levels, idle, nodes)
-    wb = (1.0 - below)[..., None] * 0.5 * weights
     k = 1.0 / cv_s**2
 
+    @functools.cache
+    def nodes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # P(R <= t) over the idle nodes: served at once when B <= Z - I, else S + B - (Z - I);
+        # B's part on Gauss-Legendre nodes in its probability above Z - I (only for a
+        # quantile: a fit asks for the mean alone)
+        x, weights = _LEGENDRE_32
+        a = z - idle[:, None] * _IDLE_NODES[None, :]  # (levels, idle)
+        below = np.where(
+            queued[:, None],
+            special.gammainc(kb[:, None], np.clip(a, 0.0, None) / tb[:, None]) * (a > 0),
+            1.0,
+        )
+        u = np.clip(below[..., None] + (1.0 - below[..., None]) * 0.5 * (x + 1.0), 0, 1 - 1e-16)
+        b = special.gammaincinv(kb[:, None, None], u) * tb[:, None, None]
+        extra = np.clip(b - a[..., None], 0.0, None)  # (levels, idle, nodes)
+        return below, extra, (1.0 - below)[..., None] * 0.5 * weights
+
     def cdf(t: np.ndarray) -> np.ndarray:
+        below, extra, wb = nodes()
         served = special.gammainc(k, k * mu * t)
         rest = np.clip(t[:, None, None] - extra, 0.0, None)
         late = (special.gammainc(k, k * mu * rest) * wb).sum(axis=-1)
