@@ -106,11 +106,10 @@ def _think_cv(obs: Observed) -> tuple[float, str]:
             "think times, which reads high for steadier ones"
         )
     value = float(np.average(cv[good], weights=n[good]))
-    share = min(value, 1.0)
     return value, (
         f"think-time CV {value:.2f} measured from the clients' gaps between requests: the "
-        f"closed law weighs clients in step (constant think times) {1 - share:.0%} and the "
-        f"exponential network {share:.0%}"
+        "closed law takes the clients in step (as with constant think times) while the think "
+        "times' spread is small against a service time, the exponential network as it grows"
     )
 
 

@@ -1092,7 +1092,7 @@ class FitResult:
             return (
                 f"with think time (CV {p.get('think_cv', 1.0):.2f}), {law} comes from a "
                 "closed M/G/c law that weighs clients in step (constant think times) against "
-                "the exponential network by the think time's CV: against exact simulation at "
+                "the exponential network by the think times' spread: against exact simulation at "
                 f"service CV {band:g} (1-16 servers, think CV 0-2) its mean reads {m_lo} to "
                 f"{m_hi} and its p95 {q_lo} to {q_hi}, high mostly near the knee c (1 + Z/S)"
                 f"{unchecked}: keep a 5% margin, or {check}"
