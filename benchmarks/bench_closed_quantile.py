@@ -7,14 +7,15 @@ p95 (:func:`llmlat.queueing.closed_mgc_response_quantile`) and mean
 simulation of ``--requests`` requests per cell (``llmlat._synth.mgc_sweep``, its first tenth
 cut), at N from 0.6 to 1.6 times the knee ``c (1 + Z / S)``. Beside them, the exponential
 network's (the law before the think CV was used: the arrival theorem of exponential think
-times, and the exponential system's mean). The simulation's p95 has a standard error from 20
-batch means. Each row shows N over the knee; the closing tables give the errors' ranges per
-think law and service CV, by where N sits (below the knee, at it, past it) and by c.
+times alone, with the first departure at CV > 1 as now, and the exponential system's mean).
+The simulation's p95 has a standard error from 20 batch means. Each row shows N over the
+knee; the closing tables give the errors' ranges per think law and service CV, by where N sits
+(below the knee, at it, past it) and by c.
 
     .venv/bin/python benchmarks/bench_closed_quantile.py [--requests 40000] [--think-cv 0 0.5 1 2]
 
-Think CVs left out of the defaults (0.25, 0.75, 1.5) are the held-out check of the mix by the
-think CV.
+Think CVs left out of the defaults (0.25, 0.75, 1.5) are the held-out check of the two laws'
+weights (``llmlat.queueing._network_weight``).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def main() -> None:
                         se = float(np.std(batches, ddof=1) / np.sqrt(20))
                         model = q.closed_mgc_response_quantile(0.95, [n], 1.0, c, z, cv, think_cv)
                         mean = q._closed_mgc_mean(np.array([n]), 1.0, c, z, cv, think_cv)
-                        net = q.closed_mgc_response_quantile(0.95, [n], 1.0, c, z, cv)[0]
+                        waits = q._network_waits(np.array([n]), 1.0, c, z, cv)
+                        net = q._queued_gamma_quantile(0.95, *waits, 1.0, cv)[0]
                         net_mean = q.closed_mmc([n], 1.0, c, think_s=z)["response_mean_s"].iloc[0]
                         sim_mean = float(np.mean(t))
                         errs = (model[0] / p95, mean[0] / sim_mean, net / p95, net_mean / sim_mean)
