@@ -811,9 +811,14 @@ def closed_mgc_response_quantile(
       of those N - c answers.
 
     Against 40,000-request exact simulations (c = 1, 4, 16; Z of 0.1 to 3 service times;
-    think CV 0 to 2; N from 0.6 to 1.6 times the knee ``c (1 + Z / S)``;
-    ``benchmarks/bench_closed_quantile.py``) see :func:`_in_step` for the measured errors.
-    Use :func:`closed_mmc_response_quantile` for exponential service (exact).
+    think CV 0, 0.5, 1 and 2; N from 0.6 to 1.6 times the knee ``c (1 + Z / S)``;
+    ``benchmarks/bench_closed_quantile.py``; 576 cells) the p95 reads -5.0% to +34% (RMS
+    5.6%) and the mean -4.8% to +28% (RMS 4.1%), where the exponential network alone read
+    up to +203% and the exponential system's mean -27% to +93% (RMS 17% and 8.2%). At the
+    think CVs held out from the choice of :func:`_network_weight` (0.25, 0.75, 1.5; 432
+    cells) the p95 reads -2.7% to +40% (RMS 6.5%) and the mean -4.3% to +16% (RMS 3.6%).
+    Use :func:`closed_mmc_response_quantile` for exponential service (exact for any think
+    law).
 
     Parameters
     ----------
@@ -972,10 +977,13 @@ def _in_step(nc: np.ndarray, mu: float, c: int, think_s: float, cv_s: float) -> 
     Below the knee T mostly ends before Z (no one waits), past it I vanishes and the wait is
     B - Z. A request is served at once with N <= c.
 
-    Measured (40,000-request exact simulations, bench_closed_quantile): with constant think
-    times the mean within -1.8% to +8.5% at CV 0.05, -4.0% to +5.9% at CV 0.5, -3.6% to
-    +32% at CV 2, the p95 within -4.4% to +34%, -5.3% to +5.3% and -5.0% to +15%; the
-    exponential system's read up to +93% / +203% at CV 0.05 and -27% (the mean) at CV 2.
+    Measured with constant think times (40,000-request exact simulations, c = 1, 4, 16,
+    bench_closed_quantile): the mean within -2.2% to +8.5% at service CV 0.05, -4.0% to +6.9%
+    at CV 0.5 and -4.6% to +28% at CV 2 (high past the knee on several servers, where the
+    busy departures' gamma law is too wide), the p95 within -4.4% to +34% (high below the
+    knee thinking long, where the simulated clients stay in step and the law spreads their
+    idle spells), -5.0% to +6.8% and -3.1% to +13%; the exponential network read up to +93%
+    (mean) and +203% (p95) at CV 0.05 and the mean 27% low at CV 2.
     """
     s = 1.0 / mu
     z = float(think_s)
