@@ -51,7 +51,7 @@ class Observed:
     and ``n_slope`` (the completions' slope over time and their count,
     :func:`llmlat.stats.completion_slope`). ``times`` holds each level's steady-state times in
     request order, ``itl_times`` (streamed) each request's mean inter-token latency in the same
-    order.
+    order. A closed loop's ``think_cv`` is each level's think-time CV (:func:`_think_time`).
     """
 
     kind: str
@@ -109,12 +109,16 @@ def _stats_from_times(times: list[np.ndarray], batch: list[int]) -> dict[str, np
     return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
 
 
-def _think_time(req: pd.DataFrame, levels: np.ndarray) -> np.ndarray:
-    """Per level: mean gap between a worker's previous end and its next scheduled send.
+def _think_time(req: pd.DataFrame, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per level: mean gap between a worker's previous end and its next scheduled send, and
+    the gaps' coefficient of variation.
 
     In a closed loop this is think time plus the client's own time between requests; a client
     that cannot keep up shows it here (and Little's law N = X (W + gap) still holds). Each run
     of a level on its own (:func:`llmlat.stats.think_times`): its workers and clock are its own.
+    The CV tells the closed law how steady the think time is (0: the engine's constant
+    ``think_time_s``, whose clients fall into step; 1: exponential); NaN with fewer than two
+    gaps or none above zero.
     """
     start, end = stats.row_times(req)
     workers = stats.column(req, "worker")
@@ -122,8 +126,13 @@ def _think_time(req: pd.DataFrame, levels: np.ndarray) -> np.ndarray:
     keys = [k for k in ("run_id", "level") if k in req]
     for idx in req.groupby(keys, sort=False, dropna=False).indices.values():
         think[idx] = stats.think_times(start[idx], end[idx], workers[idx])
-    by_level = pd.Series(think).groupby(req["level"].to_numpy(dtype=np.float64)).mean()
-    return by_level.reindex(levels).to_numpy(dtype=np.float64)
+    by_level = pd.Series(think).groupby(req["level"].to_numpy(dtype=np.float64))
+    mean = by_level.mean().reindex(levels).to_numpy(dtype=np.float64)
+    std = by_level.std(ddof=0).reindex(levels).to_numpy(dtype=np.float64)
+    count = by_level.count().reindex(levels).to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cv = np.where((count >= 2) & (mean > 0), std / mean, np.nan)
+    return mean, cv
 
 
 def _kind(frame: pd.DataFrame, level_kind: str | None) -> str:
@@ -217,7 +226,10 @@ def _from_requests(
             table["se_at_length_s"] = _ratio_errors(times, np.split(tok[ok][order], cuts), batch)
     else:
         table["tokens_mean"] = np.nan
-    table["think_s"] = _think_time(req, levels) if kind == "concurrency" else np.nan
+    if kind == "concurrency":
+        table["think_s"], table["think_cv"] = _think_time(req, levels)
+    else:
+        table["think_s"] = table["think_cv"] = np.nan
     itl_times = None
     if "itl_mean_s" in req:  # streamed: the decode step time of each level
         itl = pd.to_numeric(req["itl_mean_s"], errors="coerce")

@@ -691,6 +691,11 @@ class Model:
             mean = _mmck_wait(loads, p)[1] + 1.0 / p["mu"]
         elif kind == "rate":  # the open M/G/c model's mean, with the measured service CV
             mean = q._mgc_wait_mean(loads, p["mu"], p["c"], p.get("cv_s", 1.0)) + 1.0 / p["mu"]
+        elif "cv_s" in p and np.all(p["think_s"] > 0):
+            # general service with think time: the closed M/G/c law, by the think time's CV
+            args = (p["mu"], p["c"], p["think_s"], p["cv_s"], p.get("think_cv", 1.0))
+            mean = q._closed_mgc_mean(loads.astype(np.int64), *args)
+            x = loads / (mean + p["think_s"])
         else:
             x, ls = q._closed_means(loads, p["think_s"], self.rate(p))
             mean = ls / x
@@ -738,7 +743,13 @@ class Model:
             return q.mgc_response_quantile(prob, loads, p["mu"], p["c"], p["cv_s"])
         if "cv_s" in p:
             return q.closed_mgc_response_quantile(
-                prob, loads.astype(np.int64), p["mu"], p["c"], p["think_s"], p["cv_s"]
+                prob,
+                loads.astype(np.int64),
+                p["mu"],
+                p["c"],
+                p["think_s"],
+                p["cv_s"],
+                p.get("think_cv", 1.0),
             )
         if kind == "rate":
             stable = loads < p["c"] * p["mu"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -751,6 +751,7 @@ def _mdc_wait_tail(x: np.ndarray, a: float, c: int, queue: np.ndarray, r: float)
 #: Gauss-Legendre nodes and weights on [-1, 1] for the service-plus-wait integral: computed
 #: once, as a plan evaluates that law at hundreds of loads
 _LEGENDRE_64 = np.polynomial.legendre.leggauss(64)
+_LEGENDRE_32 = np.polynomial.legendre.leggauss(32)
 
 
 def _service_plus_wait_quantile(
@@ -777,44 +778,47 @@ def _service_plus_wait_quantile(
 
 
 def closed_mgc_response_quantile(
-    q: float, n_clients: ArrayLike, mu: float, c: int, think_s: float, cv_s: float
+    q: float,
+    n_clients: ArrayLike,
+    mu: float,
+    c: int,
+    think_s: float,
+    cv_s: float,
+    think_cv: float = 1.0,
 ) -> np.ndarray:
     """Approximate response-time quantiles of N clients on c servers with general service.
 
-    An arriving request finds k others with the arrival-theorem probabilities of the
-    exponential system (:func:`closed_arrival_distribution`). With k < c it is served at once:
-    its time is the service law, gamma with mean ``1 / mu`` and CV ``cv_s`` (exact). Otherwise
-    it waits for j = k - c + 1 departures of c busy servers, mean ``j / (c mu)``. Their spread
-    has two parts: the service times' own, ``j cv_s**2`` in squared spells of ``1 / (c mu)``,
-    and the servers' phases: sent as another request leaves, a request waits for the i-th
-    departure of a cycle (i = (j - 1) mod c + 1), the i-th least of c - 1 uniform phases for
-    constant service, ``i (c - i) / (c + 1)`` squared spells, weighted by ``1 - cv_s**2`` (none
-    for exponential service, whose spells are already Erlang). Its wait plus service is taken
-    as a gamma law with the mean and variance of that mixture. Without the phases' part the
-    p95 of 5 clients on 4 near-constant servers (CV 0.05) read 18% below the exact
-    simulation's, 16 servers 9% at N = 20 (within 2.5% with it). Use
-    :func:`closed_mmc_response_quantile` for exponential service (exact).
+    Two laws, mixed by the think time's spread (weight ``1 - exp(-think_cv Z mu)`` on the first,
+    :func:`_network_weight`; no think time: the first alone):
 
-    With think time the arrival distribution is the exponential system's, which reads high,
-    never low, and the more so the less the think and service times vary. A constant think
-    time (the engine's ``think_time_s``) sends clients back in the order of their answers, so
-    a request starts exactly at ``max(its send, the (N - c)-th answer after its client's
-    previous one)``: up to the knee ``c (1 + Z / S)`` that answer mostly comes first and the
-    loop settles into a near-periodic schedule in which hardly anyone waits; past it the wait
-    is the time for N - c answers of c busy servers less Z. The exponential system spreads
-    the number seen over 0..N - 1 and sees neither. On 150,000-request simulations (c = 1, 4,
-    16; Z of 0.1, 0.3 and 1 service time; N below, at and past the knee;
-    ``benchmarks/bench_closed_quantile.py``)
-    the p95 reads -0.2% to +83% thinking a constant time at CV 0.05 (+18% at CV 0.5), +25%
-    (+12%) thinking a gamma time of CV 0.5, +15% (+7%) an exponential one. The error grows with
-    Z / S (at most +10% at 0.1, up to +83% at 1) and is worst at the knee (c = 1, Z = S, N = 2:
-    1.14 s against 2.09 s), then past it (+55% at c = 1, N = 3), then below it (+32% at
-    c = 4, N = 6), and smaller on more servers (at the knee with Z = S: +83%, +64% and +29%
-    at c = 1, 4 and 16). The simulated p95 rises with the think time's CV in all 48 cells, so
-    a law never low for exponential think times is never low for steadier ones. Above CV 1
-    one server's first departure is the remainder of the service under way (see
-    :func:`_residual_first`): within +0.5% to +3% at CV 1.5 and +3% to +10% at CV 2 (it read
-    up to 10% low as a whole service); 4 and 16 servers read -2% to +6% there.
+    - **The exponential network's arrivals.** An arriving request finds k others with the
+      arrival-theorem probabilities of the exponential system
+      (:func:`closed_arrival_distribution`). With k < c it is served at once: its time is the
+      service law, gamma with mean ``1 / mu`` and CV ``cv_s`` (exact). Otherwise it waits for
+      j = k - c + 1 departures of c busy servers, mean ``j / (c mu)``. Their spread has two
+      parts: the service times' own, ``j cv_s**2`` in squared spells of ``1 / (c mu)``, and the
+      servers' phases: sent as another request leaves, a request waits for the i-th departure
+      of a cycle (i = (j - 1) mod c + 1), the i-th least of c - 1 uniform phases for constant
+      service, ``i (c - i) / (c + 1)`` squared spells, weighted by ``1 - cv_s**2``. Its wait plus
+      service is taken as a gamma law with the mean and variance of that mixture. Without the
+      phases' part the p95 of 5 clients on 4 near-constant servers (CV 0.05) read 18% below
+      the exact simulation's (within 2.5% with it). With think time above CV 1 the first
+      departure is the remainder of the services under way (:func:`_residual_first`,
+      :func:`_first_departure`). Exact for exponential service, and for any think law there.
+    - **Clients in step** (:func:`_in_step`), for constant think times: they come back in the
+      order of their answers, so a request starts exactly at ``max(its send, the (N - c)-th
+      answer after its client's previous one)``, and its wait is ``(T - Z)^+`` for T the time
+      of those N - c answers.
+
+    Against 40,000-request exact simulations (c = 1, 4, 16; Z of 0.1 to 3 service times;
+    think CV 0, 0.5, 1 and 2; N from 0.6 to 1.6 times the knee ``c (1 + Z / S)``;
+    ``benchmarks/bench_closed_quantile.py``; 576 cells) the p95 reads -5.0% to +34% (RMS
+    5.6%) and the mean -4.8% to +28% (RMS 4.1%), where the exponential network alone read
+    up to +203% and the exponential system's mean -27% to +93% (RMS 17% and 8.2%). At the
+    think CVs held out from the choice of :func:`_network_weight` (0.25, 0.75, 1.5; 432
+    cells) the p95 reads -2.7% to +40% (RMS 6.5%) and the mean -4.3% to +16% (RMS 3.6%).
+    Use :func:`closed_mmc_response_quantile` for exponential service (exact for any think
+    law).
 
     Parameters
     ----------
@@ -830,6 +834,9 @@ def closed_mgc_response_quantile(
         Mean think time.
     cv_s : float
         Service-time coefficient of variation, > 0.
+    think_cv : float, default 1.0
+        The think time's coefficient of variation (0: constant, 1: exponential; measured by
+        :func:`llmlat.stats.think_times`).
 
     Returns
     -------
@@ -838,15 +845,219 @@ def closed_mgc_response_quantile(
     """
     if not cv_s > 0:
         raise ValueError("cv_s: coefficient of variation must be > 0")
+    if not think_cv >= 0:
+        raise ValueError("think_cv: coefficient of variation must be >= 0")
     nc = np.atleast_1d(np.asarray(n_clients)).astype(np.int64)
+    w = _network_weight(think_cv, think_s, mu, cv_s) if think_s > 0 else 1.0
+    if w == 1.0:
+        waits, mean, var = _network_waits(nc, mu, c, think_s, cv_s)
+        return _queued_gamma_quantile(float(q), waits, mean, var, mu, cv_s)
+    step = _in_step(nc, mu, c, think_s, cv_s)
+    if w == 0.0:
+        return invert_cdf(step.cdf, np.full(len(nc), float(q)), step.mean)
+    net, scale = _queued_gamma_cdf(*_network_waits(nc, mu, c, think_s, cv_s), mu, cv_s)
+
+    def cdf(t: np.ndarray) -> np.ndarray:
+        return w * net(t) + (1.0 - w) * step.cdf(t)
+
+    return invert_cdf(cdf, np.full(len(nc), float(q)), np.fmax(scale, step.mean))
+
+
+def _closed_mgc_mean(
+    n_clients: np.ndarray, mu: float, c: int, think_s: float, cv_s: float, think_cv: float
+) -> np.ndarray:
+    """Mean response time of the law of :func:`closed_mgc_response_quantile`, think time > 0.
+
+    The two laws' means mixed by the same weight: the exponential network's arrivals, each
+    waiting the mean of its j departures (not the exponential system's mean, insensitive to
+    the service CV: it read up to 27% low at CV 2), and the clients in step's, which meets
+    Little's law by construction.
+    """
+    nc = np.atleast_1d(np.asarray(n_clients)).astype(np.int64)
+    w = _network_weight(think_cv, think_s, mu, cv_s)
+    out = np.zeros(len(nc))
+    if w > 0:
+        waits, mean, _ = _network_waits(nc, mu, c, think_s, cv_s)
+        out += w * (1.0 / mu + waits @ mean)
+    if w < 1:
+        out += (1.0 - w) * _in_step(nc, mu, c, think_s, cv_s).mean
+    return out
+
+
+def _network_weight(think_cv: float, think_s: float, mu: float, cv_s: float) -> float:
+    """Weight of the exponential network's law against the clients in step's.
+
+    Clients stay in step while their think times' spread, ``think_cv * Z``, is small against
+    a service time: ``1 - exp(-think_cv Z mu)`` on the network. Chosen among six weights
+    without fitted constants on bench_closed_quantile's think CVs 0.5, 1 and 2 and checked on
+    0.25, 0.75 and 1.5 (held out): weighing by the CV alone, ``min(think_cv, 1)``, read the
+    mean 12% low at a think CV of 0.25 thinking three service times, where the think time's
+    spread (0.75 S) already shuffles the clients; this weight's mean reads at worst -4.8%
+    there and on the design cells (its p95 at worst -3.6%), and higher where the CV alone was
+    right. The network is exact at service CV 1 for any think law, where the clients in step
+    read -6.4% to +12.5%: between CV 0.5 and 2 the clients in step keep a share
+    ``|log2 cv_s|`` of their weight. Checked at CV 0.75 and 1.4 (held out; 288 cells, think
+    CV 0, 0.5 and 1): the p95 reads -4.1% to +12% and the mean -4.8% to +11%, where the
+    think spread's weight alone read down to -5.3% and -6.0%.
+    """
+    step = float(np.exp(-float(think_cv) * float(think_s) * mu))
+    return 1.0 - step * min(abs(float(np.log2(cv_s))), 1.0)
+
+
+def _network_waits(
+    nc: np.ndarray, mu: float, c: int, think_s: float, cv_s: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the exponential network's chance of waiting for j departures, and their moments.
+
+    Rows = levels, columns = j (``waits``, zero at j = 0); ``mean[j]``, ``var[j]``.
+    """
     seen = closed_arrival_distribution(nc, think_s, _mmc_rate(mu, c))
     j = np.clip(np.arange(seen.shape[1]) - c + 1, 0, None).astype(np.float64)
     mean = j / (c * mu)
     i = np.where(j > 0, (j - 1) % c + 1, 0)  # the departure's place in a cycle of c
     var = (j * cv_s**2 + i * (c - i) / (c + 1.0) * (1.0 - cv_s**2)) / (c * mu) ** 2
-    if c == 1 and think_s > 0 and cv_s > 1:
-        mean, var = _residual_first(mean, var, j > 0, mu, cv_s, think_s * mu / (1 + think_s * mu))
-    return _queued_gamma_quantile(float(q), seen * (j > 0), mean, var, mu, cv_s)
+    if think_s > 0 and cv_s > 1:
+        w = think_s * mu / (1 + think_s * mu)
+        if c == 1:
+            mean, var = _residual_first(mean, var, j > 0, mu, cv_s, w)
+        else:
+            mean = np.where(j > 0, mean - 1.0 / (c * mu) + _first_departure(c, cv_s, w) / mu, mean)
+    return seen * (j > 0), mean, var
+
+
+def _first_departure(c: int, cv_s: float, w: float) -> float:
+    """Mean time to the first of c busy servers' departures, in service times, CV past 1.
+
+    A request sent a while after its answer finds c services under way, each with the
+    length-biased remainder of a stationary renewal process; sent just after (weight ``1 -
+    w``, ``w = Z / (Z + S)`` as in :func:`_residual_first`), one of them has just begun. For
+    exponential service it is ``1 / c``; at CV 2 it is 1.95 / c at 4 servers and 1.58 / c at
+    16. Taking ``1 / c`` read the mean 5-9% low at 4 servers, CV 2, think time 1-3 service
+    times.
+    """
+    eq, fresh = _first_departure_parts(int(c), float(cv_s))
+    return w * eq + (1.0 - w) * fresh
+
+
+@functools.lru_cache(maxsize=64)
+def _first_departure_parts(c: int, cv_s: float) -> tuple[float, float]:
+    """``E min`` of c stationary remainders, and of c - 1 and one whole service (mean 1)."""
+    from scipy import integrate
+
+    k = 1.0 / cv_s**2
+
+    def rest(t: float) -> float:  # P(remainder > t) = E[(S - t)^+] for unit mean
+        return float(special.gammaincc(k + 1, k * t) - t * special.gammaincc(k, k * t))
+
+    eq = integrate.quad(lambda t: rest(t) ** c, 0, np.inf, limit=200)[0]
+    fresh = integrate.quad(
+        lambda t: rest(t) ** (c - 1) * special.gammaincc(k, k * t), 0, np.inf, limit=200
+    )[0]
+    return eq, fresh
+
+
+#: Idle-spell nodes of :func:`_in_step` (midpoints of a uniform law on [0, 2 mean]).
+_IDLE_NODES = 2.0 * (np.arange(16) + 0.5) / 16
+
+
+class _InStep(NamedTuple):
+    """The clients-in-step law of each level (:func:`_in_step`)."""
+
+    mean: np.ndarray
+    throughput: np.ndarray
+    #: P(response <= t), one time per level
+    cdf: Callable[[np.ndarray], np.ndarray]
+
+
+def _in_step(nc: np.ndarray, mu: float, c: int, think_s: float, cv_s: float) -> _InStep:
+    """Response law of N clients thinking a constant time Z on c FCFS servers.
+
+    Clients come back in the order of their answers, so a request waits ``(T - Z)^+``, T the
+    time of the N - c answers after its client's previous one (exact; pinned by a test).
+    T is taken as B + I: B the N - c departures of c busy servers (gamma, with the moments of
+    :func:`_network_waits`' j = N - c, service and phases), I the servers' idle spells in
+    between, uniform on [0, 2 E I] (with service noise the clients' phases drift apart until
+    two collide; a reflected walk spreads them evenly). E I is set by Little's law: T's mean
+    is (N - c) / X for throughput X, and the mean response ``S + E (B + I - Z)^+`` must be
+    ``N / X - Z``; the left side rises slower than the right in E I, so the root is unique.
+    Below the knee T mostly ends before Z (no one waits), past it I vanishes and the wait is
+    B - Z. A request is served at once with N <= c.
+
+    Measured with constant think times (40,000-request exact simulations, c = 1, 4, 16,
+    bench_closed_quantile): the mean within -2.2% to +8.5% at service CV 0.05, -4.0% to +6.9%
+    at CV 0.5 and -4.6% to +28% at CV 2 (high past the knee on several servers, where the
+    busy departures' gamma law is too wide), the p95 within -4.4% to +34% (high below the
+    knee thinking long, where the simulated clients stay in step and the law spreads their
+    idle spells), -5.0% to +6.8% and -3.1% to +13%; the exponential network read up to +93%
+    (mean) and +203% (p95) at CV 0.05 and the mean 27% low at CV 2.
+    """
+    s = 1.0 / mu
+    z = float(think_s)
+    nc = np.asarray(nc, dtype=np.int64)
+    j = np.clip(nc - c, 0, None).astype(np.float64)
+    i = np.where(j > 0, (j - 1) % c + 1, 0)
+    mb = j / (c * mu)
+    vb = (j * cv_s**2 + i * (c - i) / (c + 1.0) * (1.0 - cv_s**2)) / (c * mu) ** 2
+    queued = j > 0
+    kb = np.where(queued, mb**2 / np.where(queued, vb, 1.0), 1.0)
+    tb = np.where(queued, vb / np.where(queued, mb, 1.0), 1.0)
+
+    def excess(n: int, ib: float) -> float:  # E (B + I - Z)^+ at level n
+        a = z - ib * _IDLE_NODES
+        ap = np.clip(a, 0.0, None)
+        e = (
+            mb[n] * special.gammaincc(kb[n] + 1.0, ap / tb[n])
+            - ap * special.gammaincc(kb[n], ap / tb[n])
+            + (ap - a)
+        )
+        return float(e.mean())
+
+    idle = np.zeros(len(nc))
+    for n in map(int, np.flatnonzero(queued)):
+        grow = float(nc[n] / j[n])  # N / X - Z rises by this per unit of E I
+
+        def gap(ib: float, n: int = n, grow: float = grow) -> float:
+            return s + excess(n, ib) - (grow * (mb[n] + ib) - z)
+
+        lo = max(j[n] * (z + s) / nc[n] - mb[n], 0.0)  # X at most N / (Z + S) and c mu
+        if gap(lo) <= 0:
+            idle[n] = lo
+            continue
+        hi = max(j[n] * (s + z) / c - mb[n], lo) + s
+        while gap(hi) > 0:
+            hi *= 2.0
+        idle[n] = optimize.brentq(gap, lo, hi, xtol=1e-12 * (mb[n] + s), rtol=1e-12)
+    wait = np.array([excess(n, idle[n]) if queued[n] else 0.0 for n in range(len(nc))])
+    mean = s + wait
+    throughput = nc / (mean + z)
+
+    k = 1.0 / cv_s**2
+
+    @functools.cache
+    def nodes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # P(R <= t) over the idle nodes: served at once when B <= Z - I, else S + B - (Z - I);
+        # B's part on Gauss-Legendre nodes in its probability above Z - I (only for a
+        # quantile: a fit asks for the mean alone)
+        x, weights = _LEGENDRE_32
+        a = z - idle[:, None] * _IDLE_NODES[None, :]  # (levels, idle)
+        below = np.where(
+            queued[:, None],
+            special.gammainc(kb[:, None], np.clip(a, 0.0, None) / tb[:, None]) * (a > 0),
+            1.0,
+        )
+        u = np.clip(below[..., None] + (1.0 - below[..., None]) * 0.5 * (x + 1.0), 0, 1 - 1e-16)
+        b = special.gammaincinv(kb[:, None, None], u) * tb[:, None, None]
+        extra = np.clip(b - a[..., None], 0.0, None)  # (levels, idle, nodes)
+        return below, extra, (1.0 - below)[..., None] * 0.5 * weights
+
+    def cdf(t: np.ndarray) -> np.ndarray:
+        below, extra, wb = nodes()
+        served = special.gammainc(k, k * mu * t)
+        rest = np.clip(t[:, None, None] - extra, 0.0, None)
+        late = (special.gammainc(k, k * mu * rest) * wb).sum(axis=-1)
+        return (below * served[:, None] + late).mean(axis=-1)
+
+    return _InStep(mean, throughput, cdf)
 
 
 def _residual_first(
@@ -881,6 +1092,14 @@ def _queued_gamma_quantile(
     ``cv_s``; a request that waits is taken as a gamma law with the mean and variance of the
     mixture of its wait plus a service. One row per level.
     """
+    cdf, scale = _queued_gamma_cdf(waits, mean, var, mu, cv_s)
+    return invert_cdf(cdf, np.full(len(waits), q), scale)
+
+
+def _queued_gamma_cdf(
+    waits: np.ndarray, mean: np.ndarray, var: np.ndarray, mu: float, cv_s: float
+) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]:
+    """Return the CDF of :func:`_queued_gamma_quantile` (a time per level) and a typical time."""
     pw = waits.sum(axis=1)
     m1 = waits @ mean
     m2 = waits @ (mean**2 + var)
@@ -895,7 +1114,7 @@ def _queued_gamma_quantile(
         queued = special.gammainc(k_t, k_t * t / mean_t)
         return (1.0 - pw) * alone + pw * queued
 
-    return invert_cdf(cdf, np.full(len(pw), q), mean_t)
+    return cdf, mean_t
 
 
 def mmck(lam: ArrayLike, mu: float, c: int, k: int) -> pd.DataFrame:
