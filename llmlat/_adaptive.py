@@ -423,7 +423,12 @@ class AdaptiveSearch:
                     return None
         if last.value >= self.ceiling:
             limit = "max_concurrency" if self.closed else "max_rate"
-            self._stop("limit", f"{limit} {self.ceiling:g} reached with throughput still growing")
+            how = (
+                f"throughput not above N = {self._anchor.value:g}'s"
+                if self._misses
+                else "throughput still growing"
+            )
+            self._stop("limit", f"{limit} {self.ceiling:g} reached with {how}")
             return None
         factor = GROWTH
         in_flight = last.throughput * last.mean_latency_s
