@@ -46,6 +46,14 @@ def test_closed_loop_knee_is_the_number_of_servers(seed):
     assert search.meta()["adaptive"]["placed_around"] == "knee"  # flat from N* on: no batching
 
 
+def _batching(slots, n):
+    """One closed level of a continuous-batching server at its default length (exact)."""
+    return batch_closed_requests(
+        [int(n)], slots, 0.02, 0.002, 40, n=default_length("concurrency", n)[0], seed=int(n),
+        warmup=0, drain=True,
+    )  # fmt: skip
+
+
 def test_batching_levels_go_around_the_slot_cap():
     # continuous batching, 32 slots: N* = X_max W_1 ~ 8 is where the asymptotes cross, far
     # below the cap; growth stops at max_concurrency 64 (as a queue cap's 429s drop the top
@@ -54,10 +62,7 @@ def test_batching_levels_go_around_the_slot_cap():
     slots, ran = 32, {}
 
     def level(n):
-        ran[n] = batch_closed_requests(
-            [int(n)], slots, 0.02, 0.002, 40, n=default_length("concurrency", n)[0],
-            seed=int(n), warmup=0, drain=True,
-        )  # fmt: skip
+        ran[n] = _batching(slots, n)
         return ran[n]
 
     search, run = _search(SweepConfig(concurrency="auto", max_concurrency=64), level)
@@ -71,6 +76,16 @@ def test_batching_levels_go_around_the_slot_cap():
     fit = llmlat.fit(latency, model="batch")
     low, high = fit.conf_int().loc["slots"]
     assert fit.capacity_identified and low <= slots <= high <= slots + 2
+
+
+def test_no_plateau_claimed_while_throughput_still_rises():
+    # 128 slots, the p95 budget spent at 64 clients: the top level has the most throughput
+    # only because it is the last; with no level past it to show throughput level, the
+    # levels stay around N* (a lower bound here)
+    search, _ = _search(SweepConfig(concurrency="auto", max_p95_s=5.0), lambda n: _batching(128, n))
+    assert search.growth[-1] == 64 and search.stopped_by == "p95_budget"
+    assert search.meta()["adaptive"]["placed_around"] == "knee"
+    assert search.placed and max(search.placed) < 2.5 * search.knee
 
 
 @pytest.mark.parametrize("seed", [0, 1])
