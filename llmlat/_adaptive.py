@@ -40,14 +40,17 @@ one at a time; each is chosen from what the levels before it measured.
    ``c`` servers it is flat from ``N*`` on (with exponential think time, at 1.5 ``N*`` at most
    6% short on one server, 0.6% on four: a level rarely measures that clearly), so the service
    time grows with load there, as on a continuous-batching server (a decode step slows as the
-   batch grows, up to its slot cap).
-   ``N*`` is then where the asymptotes cross (about 4 on the simulator's ``article`` replica
-   of 32 slots), and the curve bends at the slot cap, where throughput levels off: between
-   the last growth level clearly below ``X_max`` and the next, ``P``, the plateau's start.
-   Levels go at 0.75 ``P`` (inside that bracket) and, when fewer than two growth levels past
-   ``P`` were served within the 429 budget, at 1.5 ``P`` (a fit identifies a slot cap only
-   with two levels past it; a queue cap's 429s often drop the top growth level). The levels
-   around ``N*`` would lie where the growth levels already pin the step time. Open
+   batch grows, up to its slot cap). ``N*`` is then where the asymptotes cross (about 4 on the
+   simulator's ``article`` replica of 32 slots), and the curve bends at the slot cap, where
+   throughput levels off: by ``P``, the plateau's start, the growth level after the last one
+   clearly below ``X_max`` (when a growth level after ``P`` shows throughput level too: the
+   top level alone may have the most only because it is the last). Levels go at 0.75 ``P``
+   (between the two) and, when fewer than two growth levels past ``P`` were served within the
+   429 budget, at 1.5 ``P``: a fit identifies a slot cap only with two levels past it, and a
+   queue cap's 429s drop the top growth level. Around ``N*`` they would lie where the growth
+   levels already pin the step time (``benchmarks/bench_adaptive.py``: 32 slots, growth
+   stopped at 64, the batch fit on the latency alone identified the cap in 12 of 12 seeds
+   against 0 of 12). Open
    loop: 0.5, 0.7, 0.8, 0.9 times ``lambda*`` (its one-sided 95% lower bound, when measured
    past capacity), where waiting grows fastest with load and so says most about ``c``; a
    level past capacity never settles, so none is placed there.
@@ -57,8 +60,9 @@ one at a time; each is chosen from what the levels before it measured.
    closed level's requests over the throughput the levels so far predict).
 
 Every level run is an ordinary level of the result (it fits like any other);
-``result.meta["adaptive"]`` records the growth, why it stopped, the knee, the levels placed
-and why, and a one-line notice says the same as the sweep runs.
+``result.meta["adaptive"]`` records the growth, why it stopped, the knee, the plateau's start
+when the levels went around it (``plateau_start``, ``placed_around``), the levels placed and
+why, and a one-line notice says the same as the sweep runs.
 """
 
 from __future__ import annotations
