@@ -212,6 +212,7 @@ def test_auto_sweep_against_the_simulator(tmp_path):
     assert meta["limits"]["max_concurrency"] == 8 and max(levels) <= 8
     assert set(meta["placed_levels"]) | set(meta["growth_levels"]) == set(levels)
     assert 0.8 < meta["knee"] < 4  # 2 servers
+    assert meta["placed_around"] == "knee" and meta["plateau_start"] is None  # not batching
     assert llmlat.read(out).meta["adaptive"] == meta
     fit = llmlat.fit(result, model="mmc")  # an ordinary sweep to the fitting code
     assert 1 <= fit.params["c"] <= 4
