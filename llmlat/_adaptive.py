@@ -514,18 +514,22 @@ class AdaptiveSearch:
         """Find a closed loop's plateau start, when throughput still rose well past N*.
 
         ``rising`` are the growth levels whose throughput lies clearly below ``x_max`` (by
-        more than 1.96 standard errors of the difference); the plateau starts at the growth
-        level after the last of them, when another one after it shows it level (the top
-        level alone may just be the most measured, with throughput still rising).
+        more than 1.96 standard errors of the difference). The plateau starts at the first
+        growth level after the last of them within :data:`MIN_GAIN` of ``x_max`` (what the
+        growth rule calls no growth: a short level's wide interval can pool one still 10%
+        short, as the simulator's 32-slot replica did at 16 clients), when another one after
+        it shows it level (the top level alone may just be the most measured, with
+        throughput still rising).
         """
         rising = [o.value for o in known if x_max - o.throughput > _Z95 * math.hypot(_se(o), se)]
         if not rising or max(rising) < _PAST_KNEE * self.knee:
             return
         last = max(rising)
-        after = [v for v in self.growth if v > last]
-        if len(after) < 2:
+        after = [o for o in known if o.value > last]
+        level = [o.value for o in after if o.throughput * (1 + MIN_GAIN) >= x_max]
+        if not level or max(o.value for o in after) <= min(level):
             return
-        self.plateau = min(after)
+        self.plateau = min(level)
         self.plateau_rule = (
             f"throughput still clearly below X_max at N = {last:g} >= {_PAST_KNEE:g} N*, so "
             f"the service time grows with load (batching): it levels off by N = "
