@@ -42,12 +42,13 @@ one at a time; each is chosen from what the levels before it measured.
    time grows with load there, as on a continuous-batching server (a decode step slows as the
    batch grows, up to its slot cap). ``N*`` is then where the asymptotes cross (about 4 on the
    simulator's ``article`` replica of 32 slots), and the curve bends at the slot cap, where
-   throughput levels off: by ``P``, the plateau's start, the growth level after the last one
-   clearly below ``X_max`` (when a growth level after ``P`` shows throughput level too: the
-   top level alone may have the most only because it is the last). Levels go at 0.75 ``P``
-   (between the two) and, when fewer than two growth levels past ``P`` were served within the
-   429 budget, at 1.5 ``P``: a fit identifies a slot cap only with two levels past it, and a
-   queue cap's 429s drop the top growth level. Around ``N*`` they would lie where the growth
+   throughput levels off: by ``P``, the plateau's start, the first growth level past the last
+   one clearly below ``X_max`` within :data:`MIN_GAIN` of ``X_max`` (when a growth level
+   after ``P`` shows throughput level too: the top level alone may have the most only because
+   it is the last). Levels go at 0.75 ``P`` (below it, where the curve bends) and, when fewer
+   than two growth levels past ``P`` were served within the 429 budget, at 1.5 ``P``: a fit
+   identifies a slot cap only with two levels past it, and a queue cap's 429s drop the top
+   growth level. Around ``N*`` they would lie where the growth
    levels already pin the step time (``benchmarks/bench_adaptive.py``: 32 slots, growth
    stopped at 64, the batch fit on the latency alone identified the cap in 12 of 12 seeds
    against 0 of 12). Open
@@ -563,10 +564,9 @@ class AdaptiveSearch:
                 "throughput still rose well past N* = X_max (W_1 + Z), where the asymptotes of "
                 "a server whose service time grows with load (continuous batching) cross, far "
                 "below its slot cap; the growth levels below pin the step time, so levels go "
-                "around the plateau's start instead: 0.75 x (between the last level clearly "
-                "below X_max and the first on the plateau, where the slot cap bends the curve) "
-                "and 1.5 x when fewer than two growth levels past it count (a fit identifies "
-                "a slot cap only with two levels past it)"
+                "around the plateau's start instead: 0.75 x (below it, where the slot cap "
+                "bends the curve) and 1.5 x when fewer than two growth levels past it count (a "
+                "fit identifies a slot cap only with two levels past it)"
             )
         if self.closed:
             return (
