@@ -35,7 +35,23 @@ one at a time; each is chosen from what the levels before it measured.
 
 3. **Place levels around it** where they identify the model best. Closed loop: ``N*`` times
    0.5, 0.75, 1, 1.25, 1.5, 2: the levels below it pin the service time, those above pin the
-   capacity ``c mu``, the ones near it the number of servers (where the curve bends). Open
+   capacity ``c mu``, the ones near it the number of servers (where the curve bends). Unless
+   throughput was still clearly below ``X_max`` at a growth level of ``1.5 N*`` or more: for
+   ``c`` servers it is flat from ``N*`` on (with exponential think time, at 1.5 ``N*`` at most
+   6% short on one server, 0.6% on four: a level rarely measures that clearly), so the service
+   time grows with load there, as on a continuous-batching server (a decode step slows as the
+   batch grows, up to its slot cap). ``N*`` is then where the asymptotes cross (about 4 on the
+   simulator's ``article`` replica of 32 slots), and the curve bends at the slot cap, where
+   throughput levels off: by ``P``, the plateau's start, the first growth level past the last
+   one clearly below ``X_max`` within :data:`MIN_GAIN` of ``X_max`` (when a growth level
+   after ``P`` shows throughput level too: the top level alone may have the most only because
+   it is the last). Levels go at 0.75 ``P`` (below it, where the curve bends) and, when fewer
+   than two growth levels past ``P`` were served within the 429 budget, at 1.5 ``P``: a fit
+   identifies a slot cap only with two levels past it, and a queue cap's 429s drop the top
+   growth level. Around ``N*`` they would lie where the growth
+   levels already pin the step time (``benchmarks/bench_adaptive.py``: 32 slots, growth
+   stopped at 64, the batch fit on the latency alone identified the cap in 12 of 12 seeds
+   against 0 of 12). Open
    loop: 0.5, 0.7, 0.8, 0.9 times ``lambda*`` (its one-sided 95% lower bound, when measured
    past capacity), where waiting grows fastest with load and so says most about ``c``; a
    level past capacity never settles, so none is placed there.
@@ -45,8 +61,9 @@ one at a time; each is chosen from what the levels before it measured.
    closed level's requests over the throughput the levels so far predict).
 
 Every level run is an ordinary level of the result (it fits like any other);
-``result.meta["adaptive"]`` records the growth, why it stopped, the knee, the levels placed
-and why, and a one-line notice says the same as the sweep runs.
+``result.meta["adaptive"]`` records the growth, why it stopped, the knee, the plateau's start
+when the levels went around it (``plateau_start``, ``placed_around``), the levels placed and
+why, and a one-line notice says the same as the sweep runs.
 """
 
 from __future__ import annotations
@@ -83,6 +100,11 @@ _LIGHT_IN_FLIGHT = 0.5
 _SERVED = 0.95
 #: Where levels go, as multiples of the knee.
 CLOSED_PLACES = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+#: Closed loop, throughput still rising well past N* (batching): multiples of the plateau's
+#: start P; the second only when fewer than two growth levels past P count (no budget spent).
+PLATEAU_PLACES = (0.75, 1.5)
+#: Throughput still clearly below X_max at this multiple of N* (or more): the plateau is not N*.
+_PAST_KNEE = 1.5
 OPEN_PLACES = (0.5, 0.7, 0.8, 0.9)
 #: A candidate this close (relative) to a measured level adds little.
 _NEAR = 0.1
@@ -212,6 +234,8 @@ class AdaptiveSearch:
         self.base = math.nan  # open loop: what the levels are placed below
         self.knee_rule = ""
         self.knee_reached = False
+        self.plateau = math.nan  # closed loop: the plateau's start, when it is not N*
+        self.plateau_rule = ""
         self.placed: list[float] = []
         self.skipped: dict[str, str] = {}
         self._anchor: LevelOutcome  # the last growth level whose throughput grew (or the first)
@@ -307,6 +331,9 @@ class AdaptiveSearch:
                 "placed_below": None if math.isnan(self.base) else self.base,
                 "knee_reached": self.knee_reached,
                 "knee_rule": self.knee_rule,
+                "plateau_start": None if math.isnan(self.plateau) else self.plateau,
+                "plateau_rule": self.plateau_rule,
+                "placed_around": "knee" if math.isnan(self.plateau) else "plateau_start",
                 "placed_levels": list(self.placed),
                 "skipped_levels": dict(self.skipped),
                 "why": self._why(),
@@ -332,6 +359,8 @@ class AdaptiveSearch:
         else:
             bound = "" if self.knee_reached else "at least "
             knee = f"knee {name}* = {bound}{self.knee:.3g} ({self.knee_rule})"
+            if self.plateau_rule:
+                knee += f"; {self.plateau_rule}"
         added = ", ".join(f"{v:g}" for v in candidates) or "none"
         return f"auto: {self.stop_detail}; {knee}; adding {name} = {added}"
 
@@ -399,7 +428,12 @@ class AdaptiveSearch:
                     return None
         if last.value >= self.ceiling:
             limit = "max_concurrency" if self.closed else "max_rate"
-            self._stop("limit", f"{limit} {self.ceiling:g} reached with throughput still growing")
+            how = (
+                f"throughput not above N = {self._anchor.value:g}'s"
+                if self._misses
+                else "throughput still growing"
+            )
+            self._stop("limit", f"{limit} {self.ceiling:g} reached with {how}")
             return None
         factor = GROWTH
         in_flight = last.throughput * last.mean_latency_s
@@ -465,6 +499,7 @@ class AdaptiveSearch:
                 f"X_max {x_max:.3g}/s (N = {where}) x (W_1 + Z) = 1 / X_1 "
                 f"{1 / first.throughput:.3g}s"
             )
+            self._find_plateau(known, x_max, se if se == se else _se(on[0]))
         else:
             self.knee = self.base = x_max
             self.knee_rule = (
@@ -476,13 +511,43 @@ class AdaptiveSearch:
                 self.base = max(0.0, x_max - _Z90 * se)
                 self.knee_rule += f"; levels placed below its 95% lower bound {self.base:.3g}/s"
 
+    def _find_plateau(self, known: list[LevelOutcome], x_max: float, se: float) -> None:
+        """Find a closed loop's plateau start, when throughput still rose well past N*.
+
+        ``rising`` are the growth levels whose throughput lies clearly below ``x_max`` (by
+        more than 1.96 standard errors of the difference). The plateau starts at the first
+        growth level after the last of them within :data:`MIN_GAIN` of ``x_max`` (what the
+        growth rule calls no growth: a short level's wide interval can pool one still 10%
+        short, as the simulator's 32-slot replica did at 16 clients), when another one after
+        it shows it level (the top level alone may just be the most measured, with
+        throughput still rising).
+        """
+        rising = [o.value for o in known if x_max - o.throughput > _Z95 * math.hypot(_se(o), se)]
+        if not rising or max(rising) < _PAST_KNEE * self.knee:
+            return
+        last = max(rising)
+        after = [o for o in known if o.value > last]
+        level = [o.value for o in after if o.throughput * (1 + MIN_GAIN) >= x_max]
+        if not level or max(o.value for o in after) <= min(level):
+            return
+        self.plateau = min(level)
+        self.plateau_rule = (
+            f"throughput still clearly below X_max at N = {last:g} >= {_PAST_KNEE:g} N*, so "
+            f"the service time grows with load (batching): it levels off by N = "
+            f"{self.plateau:g}, where levels go"
+        )
+
     def _candidates(self) -> list[float]:
         if math.isnan(self.knee):
             return []
-        places = CLOSED_PLACES if self.closed else OPEN_PLACES
+        places: tuple[float, ...] = CLOSED_PLACES if self.closed else OPEN_PLACES
         low = 1.0 if self.closed else 0.0
         out: list[float] = []
         base = self.knee if self.closed else self.base
+        if self.plateau == self.plateau:
+            base = self.plateau
+            past = [o for o in self.outcomes if o.value > base and o.rate_limited <= self.max_429]
+            places = PLATEAU_PLACES if len(past) < 2 else PLATEAU_PLACES[:1]
         for f in places:
             v = base * f
             v = float(max(1, round(v))) if self.closed else _round(v)
@@ -494,6 +559,15 @@ class AdaptiveSearch:
         return sorted(out)
 
     def _why(self) -> str:
+        if self.plateau == self.plateau:
+            return (
+                "throughput still rose well past N* = X_max (W_1 + Z), where the asymptotes of "
+                "a server whose service time grows with load (continuous batching) cross, far "
+                "below its slot cap; the growth levels below pin the step time, so levels go "
+                "around the plateau's start instead: 0.75 x (below it, where the slot cap "
+                "bends the curve) and 1.5 x when fewer than two growth levels past it count (a "
+                "fit identifies a slot cap only with two levels past it)"
+            )
         if self.closed:
             return (
                 "levels at 0.5-2 x N* = X_max (W_1 + Z): below it requests rarely wait (they pin "
@@ -520,7 +594,7 @@ def _plateau(known: list[LevelOutcome]) -> tuple[float, float, list[LevelOutcome
     inverse-variance weighted mean is the estimate; its standard error comes with it.
     """
     best = max(known, key=lambda o: o.throughput)
-    se = {id(o): (o.high - o.low) / (2 * _Z95) for o in known}
+    se = {id(o): _se(o) for o in known}
     if not all(s > 0 for s in se.values()):
         return best.throughput, math.nan, [best]
     on = [
@@ -533,11 +607,16 @@ def _plateau(known: list[LevelOutcome]) -> tuple[float, float, list[LevelOutcome
     return x, float(weights.sum() ** -0.5), sorted(on, key=lambda o: o.value)
 
 
+def _se(outcome: LevelOutcome) -> float:
+    """Return the standard error of a level's throughput, from its 95% interval."""
+    return (outcome.high - outcome.low) / (2 * _Z95)
+
+
 def _grows(last: LevelOutcome, best: LevelOutcome) -> bool:
     """Whether ``last`` is above ``best`` by more than MIN_GAIN at 95% (one-sided)."""
     if not (last.throughput == last.throughput and best.throughput == best.throughput):
         return True  # cannot tell yet: keep growing
-    se = [(o.high - o.low) / (2 * _Z95) for o in (last, best)]
+    se = [_se(o) for o in (last, best)]
     if not all(s == s for s in se):
         return last.throughput > best.throughput * (1 + MIN_GAIN)
     spread = math.hypot(*se)

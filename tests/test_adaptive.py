@@ -1,8 +1,9 @@
 """Adaptive sweeps (``concurrency="auto"`` / ``rate="auto"``, llmlat._adaptive).
 
 The search's decisions are checked on exact simulations of whole levels (llmlat._synth: c FCFS
-servers, seeded), where the knee is known: N* = c for c exponential servers fed by clients
-without think time, and the capacity c mu for an open loop. The engine's side (levels run one
+servers, or a continuous-batching server, seeded), where the knee is known: N* = c for c
+exponential servers fed by clients without think time, the capacity c mu for an open loop, and
+the slot cap where a batching server's throughput levels off. The engine's side (levels run one
 at a time, the record in meta and the saved sidecar, the fit) against the HTTP simulator.
 """
 
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 import itertools
 
+import pandas as pd
 import pytest
 
 import llmlat
 from llmlat._adaptive import AdaptiveSearch, level_outcome
-from llmlat._synth import mgc_sweep
+from llmlat._loadshapes import default_length
+from llmlat._synth import batch_closed_requests, mgc_sweep
 from llmlat.cli.options import add_config_options, options_from_args
 from llmlat.config import SweepConfig
 
@@ -40,6 +43,49 @@ def test_closed_loop_knee_is_the_number_of_servers(seed):
     assert search.placed and min(search.placed) < c < max(search.placed)
     assert set(search.placed).isdisjoint(search.growth)
     assert run == search.values == [*search.growth, *search.placed]
+    assert search.meta()["adaptive"]["placed_around"] == "knee"  # flat from N* on: no batching
+
+
+def _batching(slots, n):
+    """One closed level of a continuous-batching server at its default length (exact)."""
+    return batch_closed_requests(
+        [int(n)], slots, 0.02, 0.002, 40, n=default_length("concurrency", n)[0], seed=int(n),
+        warmup=0, drain=True,
+    )  # fmt: skip
+
+
+def test_batching_levels_go_around_the_slot_cap():
+    # continuous batching, 32 slots: N* = X_max W_1 ~ 8 is where the asymptotes cross, far
+    # below the cap; growth stops at max_concurrency 64 (as a queue cap's 429s drop the top
+    # level of a real replica), so only 64 lies past the cap. Levels around N* (6, 9, 11, 13)
+    # left the fit on the latency alone at "slots >= 32, not identified"
+    slots, ran = 32, {}
+
+    def level(n):
+        ran[n] = _batching(slots, n)
+        return ran[n]
+
+    search, run = _search(SweepConfig(concurrency="auto", max_concurrency=64), level)
+    assert search.growth == [1, 2, 4, 8, 16, 32, 64] and search.knee < 12
+    meta = search.meta()["adaptive"]
+    assert meta["plateau_start"] == 32 and meta["placed_around"] == "plateau_start"
+    # inside the bracket (16, 32], and past the cap for a second level there
+    assert search.placed == [24, 48]
+    assert "levels off by N = 32" in search.summary_line(search.placed)
+    latency = pd.concat([ran[n] for n in run], ignore_index=True).drop(columns="itl_mean_s")
+    fit = llmlat.fit(latency, model="batch")
+    low, high = fit.conf_int().loc["slots"]
+    assert fit.capacity_identified and low <= slots <= high <= slots + 2
+
+
+def test_no_plateau_claimed_while_throughput_still_rises():
+    # 128 slots, the p95 budget spent at 64 clients: the top level has the most throughput
+    # only because it is the last; with no level past it to show throughput level, the
+    # levels stay around N* (a lower bound here)
+    search, _ = _search(SweepConfig(concurrency="auto", max_p95_s=5.0), lambda n: _batching(128, n))
+    assert search.growth[-1] == 64 and search.stopped_by == "p95_budget"
+    assert search.meta()["adaptive"]["placed_around"] == "knee"
+    assert search.placed and max(search.placed) < 2.5 * search.knee
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -166,6 +212,7 @@ def test_auto_sweep_against_the_simulator(tmp_path):
     assert meta["limits"]["max_concurrency"] == 8 and max(levels) <= 8
     assert set(meta["placed_levels"]) | set(meta["growth_levels"]) == set(levels)
     assert 0.8 < meta["knee"] < 4  # 2 servers
+    assert meta["placed_around"] == "knee" and meta["plateau_start"] is None  # not batching
     assert llmlat.read(out).meta["adaptive"] == meta
     fit = llmlat.fit(result, model="mmc")  # an ordinary sweep to the fitting code
     assert 1 <= fit.params["c"] <= 4
