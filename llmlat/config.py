@@ -202,7 +202,8 @@ class SweepConfig:
     concurrency: int | Sequence[int] | str | None = _option(
         None,
         "Closed-loop levels: requests in flight (workers), e.g. 1,10,100; auto: grow from 1 "
-        "until throughput levels off, then add levels around the knee.",
+        "until throughput levels off, then add levels around the knee (on a batching server, "
+        "around where throughput levels off: its slot cap).",
         group="load",
         kind=int,
         metavar="N,N,...",
