@@ -187,13 +187,46 @@ def _cells() -> list[Cell]:
     cells = []
     for c in (1, 4, 16, 64):
         for cv in (1.0, 0.05):
-            tag = f"c{c}-cv{cv:g}"
-            cells.append(Cell(f"mmc-closed-{tag}", "mmc", "concurrency", c, cv))
-            cells.append(Cell(f"mmc-open-{tag}", "mmc", "rate", c, cv))
-            cells.append(Cell(f"mmc-opencap-{tag}", "mmc", "rate", c, cv, queue_cap=2 * c))
+            cells += [_mmc(kind, c, cv) for kind in _KINDS]
     cells += [Cell(f"batch-closed-s{s}", "batch", "concurrency", s) for s in (8, 32, 128)]
     cells.append(Cell("batch-closed-s32-plain", "batch", "concurrency", 32, streamed=False))
     return cells
+
+
+#: the kinds of M/M/c (M/G/c) cell a name spells: ``mmc-<kind>-c<servers>-cv<service CV>``
+_KINDS = {"closed": ("concurrency", False), "open": ("rate", False), "opencap": ("rate", True)}
+
+
+def mmc_cell(name: str) -> Cell | None:
+    """The M/G/c cell a name spells (``mmc-opencap-c16-cv2``: open, behind a cap of 2c waiting,
+    16 servers, gamma service of CV 2), on or off the grid; None if it spells none.
+
+    Off the grid (any c and CV) a cell is judged as the grid's are: its break truth is
+    simulated exactly for every CV but 1 (:func:`_true_p95`), never taken from the fit's laws.
+    """
+    parts = name.split("-")
+    if len(parts) != 4 or parts[0] != "mmc" or parts[1] not in _KINDS:
+        return None
+    try:
+        c, cv = int(parts[2].removeprefix("c")), float(parts[3].removeprefix("cv"))
+    except ValueError:
+        return None
+    if c < 1 or not cv > 0 or name != f"mmc-{parts[1]}-c{c}-cv{cv:g}":
+        return None
+    return _mmc(parts[1], c, cv)
+
+
+def _mmc(kind: str, c: int, cv: float) -> Cell:
+    """The M/G/c cell of a kind (a key of :data:`_KINDS`), c servers, service CV ``cv``."""
+    level_kind, capped = _KINDS[kind]
+    name = f"mmc-{kind}-c{c}-cv{cv:g}"
+    return Cell(name, "mmc", level_kind, c, cv, queue_cap=2 * c if capped else None)
+
+
+#: off the grid's two CVs: the cells of ``--off-grid``, each kind at c = 4 and 16, CV 0.5 and 2
+OFF_GRID = tuple(
+    f"mmc-{kind}-c{c}-cv{cv:g}" for cv in (0.5, 2.0) for c in (4, 16) for kind in _KINDS
+)
 
 
 QUICK = (
@@ -862,7 +895,17 @@ def main() -> None:
         "--first-seed", type=int, default=0, help="seeds first..first+seeds-1 (split long reruns)"
     )
     ap.add_argument("--quick", action="store_true", help="7 cells, 8 seeds: a few minutes")
-    ap.add_argument("--cells", nargs="*", help="cell names (default: the whole grid)")
+    ap.add_argument(
+        "--cells",
+        nargs="*",
+        help="cell names (default: the whole grid); any mmc-<closed|open|opencap>-c<C>-cv<CV> "
+        "names an M/G/c cell, on the grid or off it",
+    )
+    ap.add_argument(
+        "--off-grid",
+        action="store_true",
+        help="add the off-grid cells: each kind at c = 4 and 16, service CV 0.5 and 2",
+    )
     ap.add_argument(
         "--more",
         type=int,
@@ -908,14 +951,19 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    cells = [
-        replace(c, scale=args.scale, loads=args.open_loads, truth_requests=args.truth_requests)
-        for c in _cells()
-    ]
-    names = args.cells or (QUICK if args.quick else [c.name for c in cells])
-    unknown = set(names) - {c.name for c in cells}
+    names = list(args.cells or (QUICK if args.quick else [c.name for c in _cells()]))
+    if args.off_grid:
+        names += [n for n in OFF_GRID if n not in names]
+    known: dict[str, Cell | None] = {c.name: c for c in _cells()}
+    known |= {n: mmc_cell(n) for n in names if n not in known}  # M/G/c cells off the grid
+    unknown = [n for n in names if known[n] is None]
     if unknown:
         ap.error(f"--cells: unknown cell(s) {', '.join(sorted(unknown))}")
+    cells = [
+        replace(c, scale=args.scale, loads=args.open_loads, truth_requests=args.truth_requests)
+        for c in known.values()
+        if c is not None
+    ]
     seeds = 8 if args.quick and args.seeds == 20 else args.seeds
     design = f"scale {args.scale:g}, open loads {','.join(f'{f:g}' for f in args.open_loads)}"
     print(f"calibration: {len(names)} cells x {seeds} seeds (mu = {MU}; {design})", flush=True)

@@ -107,6 +107,22 @@ def test_request_level_c(bench, name):
     assert bench.c_request_level(data, np.arange(1, 9), mu=bench.MU) == 4
 
 
+def test_cells_off_the_grid_are_named_as_the_grids(bench):
+    # every M/G/c cell of the grid is what its name spells; off the grid a name spells a
+    # cell of any c and CV (open, behind a cap of 2c, closed), the grid left as it was
+    grid = {c.name: c for c in bench._cells()}
+    assert len(grid) == 28
+    for name, cell in grid.items():
+        assert bench.mmc_cell(name) == cell or cell.family == "batch"
+    assert not set(bench.OFF_GRID) & set(grid) and len(bench.OFF_GRID) == 12
+    cell = bench.mmc_cell("mmc-opencap-c16-cv2")
+    assert (cell.kind, cell.c, cell.cv, cell.queue_cap) == ("rate", 16, 2.0, 32)
+    cell = bench.mmc_cell("mmc-closed-c4-cv0.5")
+    assert (cell.kind, cell.c, cell.cv, cell.queue_cap) == ("concurrency", 4, 0.5, None)
+    for bad in ("mmc-open-c4", "mmc-shut-c4-cv2", "mmc-open-cx-cv2", "mmc-open-c4-cv2.0", "x"):
+        assert bench.mmc_cell(bad) is None
+
+
 def test_requests_for_c(bench):
     # sd(c) = c cv sqrt(2 / n) at the 90% rounding bound: n grows as (c cv)^2
     n64 = bench.requests_for_c(64, 1.0)
