@@ -33,7 +33,10 @@ a shrinking batch, as a sweep's closed level does). Each seed is fitted with the
   whether the plan's load breaks it is read on 10^6 requests (:func:`_plan_breaks`), open
   loop paired (the plan's rate and the target's on the same draws), so neither the target's
   error nor the comparison's noise turns a plan into a break. ``break_sure``: share of plans
-  whose p95 the simulation tells from the target beyond two standard errors of that comparison
+  whose p95 the simulation tells from the target beyond two standard errors of that comparison;
+  ``infeasible``: share of plans that say no load meets the target (not a break: the truth
+  meets it at 70% load, so the plan's conservative end is too far from the truth to recommend
+  one; where every plan says so, ``break`` judges nothing)
 
 Targets (issue 10): c_exact >= 0.9, err <= 5%, cover in [0.90, 0.98], auto >= 0.9, break <= 5%;
 on the integer also c_told >= 0.9, c_exact_after >= 0.9 (with ``--follow``) and c_silent = 0.
@@ -335,28 +338,30 @@ def _plan_breaks(cell: Cell, res) -> dict[str, float]:
         return {}
     target, target_groups = _target(cell)
     plan = res.plan(p95=target)
-    if not plan.feasible:
-        return {"break": 0.0, "break_sure": 1.0}  # says so instead of recommending a load
+    out = {"break_sure": 1.0, "infeasible": float(not plan.feasible)}
+    if target_groups is not None:
+        out["target_s"] = target
+        out["target_se_s"] = np.std(target_groups, ddof=1) / np.sqrt(len(target_groups))
+    if not plan.feasible:  # says so instead of recommending a load: no break, but counted
+        return out | {"break": 0.0}
     pair = _paired_requests(cell.truth_requests)
     if cell.kind == "rate":
         if plan.rate_rps >= cell.c * MU:
-            return {"break": 1.0, "break_sure": 1.0}
+            return out | {"break": 1.0}
         p95, groups = _true_p95(cell, plan.rate_rps, "rate", pair)
         ref, ref_groups = _true_p95(cell, 0.7 * cell.c * MU, "rate", pair)
     elif plan.concurrency is None:
-        return {"break": 1.0, "break_sure": 1.0}
+        return out | {"break": 1.0}
     else:
         p95, groups = _true_p95(cell, plan.concurrency, "concurrency", pair)
         ref, ref_groups = target, None
-    out = {"break": float(p95 > ref), "break_sure": 1.0}
+    out["break"] = float(p95 > ref)
     if groups is not None and target_groups is not None:
         if ref_groups is None:
             var = np.var(groups, ddof=1) + np.var(target_groups, ddof=1)
         else:
             var = np.var(groups - ref_groups, ddof=1)
         out["break_sure"] = float(abs(p95 - ref) > 2 * np.sqrt(var / len(groups)))
-        out["target_s"] = target
-        out["target_se_s"] = np.std(target_groups, ddof=1) / np.sqrt(len(target_groups))
     return out
 
 
@@ -642,6 +647,7 @@ def _counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
         "auto",
         "break",
         "break_sure",
+        "infeasible",
         "misfit",
         "c_oracle",
         "c_thru",
@@ -813,7 +819,7 @@ def _print_seeds(rows: list[dict], first: int) -> None:
 
 def _print(row: dict) -> None:
     keys = ["c_exact", "c_told", "c_exact_after", "c_cover", "cover", "auto", "unsure"]
-    keys += ["break", "misfit", "failed"]
+    keys += ["break", "infeasible", "misfit", "failed"]
     keys += ["c_oracle", "c_thru", "c_req"]
     errs = [k for k in row if k.startswith("err_")]
     parts = [f"{row['cell']:26s} n={row['n']:<3d}"]

@@ -287,8 +287,13 @@ def test_a_plans_load_is_judged_paired_against_the_targets(bench):
         res = SimpleNamespace(plan=lambda p95, plan=plan, wanted=wanted: wanted.append(p95) or plan)
         out = bench._plan_breaks(cell, res)
         assert wanted == [target]
-        assert (out["break"], out["break_sure"]) == (broken, 1.0)
+        assert (out["break"], out["break_sure"], out["infeasible"]) == (broken, 1.0, 0.0)
     assert out["target_se_s"] == pytest.approx(np.std(groups, ddof=1) / np.sqrt(20))
+    # a plan that says no load meets the target breaks nothing, and is counted as such
+    refused = SimpleNamespace(plan=lambda p95: SimpleNamespace(feasible=False))
+    out = bench._plan_breaks(cell, refused)
+    assert (out["break"], out["infeasible"], out["target_s"]) == (0.0, 1.0, target)
+    assert bench._counts([out, out | {"infeasible": 0.0}])["infeasible"] == (1, 2)
 
 
 def test_capped_quantile_of_near_constant_service_is_the_simulated_one(bench):
