@@ -258,6 +258,10 @@ def test_break_truth_is_simulated_where_no_formula_is_exact(bench):
         sim, _ = bench.simulated_p95("rate", 0.7 * 4 * bench.MU, 4, 0.05, cell.queue_cap, n)
         assert target == sim and len(batches) == 20
     assert bench._target(cells["mmc-open-c4-cv1"])[1] is None  # the exact formula
+    # --target-load: the truth's p95 at another share of capacity, simulated the same way
+    cell = replace(cells["mmc-open-c4-cv0.05"], target_load=0.9)
+    sim, _ = bench.simulated_p95("rate", 0.9 * 4 * bench.MU, 4, 0.05, None, n)
+    assert bench._target(cell)[0] == sim > bench._target(cells["mmc-open-c4-cv0.05"])[0]
     lam = 0.7 * 4 * bench.MU
     exact = {
         None: float(llmlat.queueing.mmc_response_quantile(0.95, lam, bench.MU, 4)),
