@@ -28,8 +28,9 @@ a shrinking batch, as a sweep's closed level does). Each seed is fitted with the
   the target is the true p95 at 70% of capacity (``--target-load``; open loop, behind the
   cell's cap). The truth is exact: M/M/c (/K) formulas for CV 1, else an exact simulation
   (:func:`simulated_p95`, seeded, cached per truth and load), not the M/G/c approximations
-  the fit itself uses, which would hide their own bias. The target handed to the plan is simulated with 10^7 requests in
-  1,000 independent replications (its standard error, printed relative to it, 0.004-0.13%);
+  the fit itself uses, which would hide their own bias. The target handed to the plan is
+  simulated with 10^7 requests in 1,000 independent replications (its standard error,
+  printed relative to it, 0.004-0.13%);
   whether the plan's load breaks it is read on 10^6 requests (:func:`_plan_breaks`), open
   loop paired (the plan's rate and the target's on the same draws), so neither the target's
   error nor the comparison's noise turns a plan into a break. ``break_sure``: share of plans
