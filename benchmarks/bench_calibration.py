@@ -79,6 +79,9 @@ seed's integer and 95% set (before and after following) and its parameters' erro
 
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --quick
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-closed-c4-cv1
+    nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-open-c16-cv2 \
+        mmc-closed-c4-cv0.5 --target-load 0.9
+    nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --off-grid
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-open-c64-cv1 \
         --fit-only --oracle --scale 16
     nice -n 10 .venv/bin/python benchmarks/bench_calibration.py --cells mmc-open-c16-cv1 \
@@ -915,7 +918,8 @@ def main() -> None:
     ap.add_argument(
         "--off-grid",
         action="store_true",
-        help="add the off-grid cells: each kind at c = 4 and 16, service CV 0.5 and 2",
+        help="the off-grid cells (with --cells, added to them): each kind at c = 4 and 16, "
+        "service CV 0.5 and 2",
     )
     ap.add_argument(
         "--more",
@@ -970,7 +974,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    names = list(args.cells or (QUICK if args.quick else [c.name for c in _cells()]))
+    grid = [] if args.off_grid else [c.name for c in _cells()]  # --off-grid alone: only those
+    names = list(args.cells or (QUICK if args.quick else grid))
     if args.off_grid:
         names += [n for n in OFF_GRID if n not in names]
     known: dict[str, Cell | None] = {c.name: c for c in _cells()}
