@@ -107,6 +107,22 @@ def test_request_level_c(bench, name):
     assert bench.c_request_level(data, np.arange(1, 9), mu=bench.MU) == 4
 
 
+def test_cells_off_the_grid_are_named_as_the_grids(bench):
+    # every M/G/c cell of the grid is what its name spells; off the grid a name spells a
+    # cell of any c and CV (open, behind a cap of 2c, closed), the grid left as it was
+    grid = {c.name: c for c in bench._cells()}
+    assert len(grid) == 28
+    for name, cell in grid.items():
+        assert bench.mmc_cell(name) == cell or cell.family == "batch"
+    assert not set(bench.OFF_GRID) & set(grid) and len(bench.OFF_GRID) == 12
+    cell = bench.mmc_cell("mmc-opencap-c16-cv2")
+    assert (cell.kind, cell.c, cell.cv, cell.queue_cap) == ("rate", 16, 2.0, 32)
+    cell = bench.mmc_cell("mmc-closed-c4-cv0.5")
+    assert (cell.kind, cell.c, cell.cv, cell.queue_cap) == ("concurrency", 4, 0.5, None)
+    for bad in ("mmc-open-c4", "mmc-shut-c4-cv2", "mmc-open-cx-cv2", "mmc-open-c4-cv2.0", "x"):
+        assert bench.mmc_cell(bad) is None
+
+
 def test_requests_for_c(bench):
     # sd(c) = c cv sqrt(2 / n) at the 90% rounding bound: n grows as (c cv)^2
     n64 = bench.requests_for_c(64, 1.0)
@@ -242,6 +258,10 @@ def test_break_truth_is_simulated_where_no_formula_is_exact(bench):
         sim, _ = bench.simulated_p95("rate", 0.7 * 4 * bench.MU, 4, 0.05, cell.queue_cap, n)
         assert target == sim and len(batches) == 20
     assert bench._target(cells["mmc-open-c4-cv1"])[1] is None  # the exact formula
+    # --target-load: the truth's p95 at another share of capacity, simulated the same way
+    cell = replace(cells["mmc-open-c4-cv0.05"], target_load=0.9)
+    sim, _ = bench.simulated_p95("rate", 0.9 * 4 * bench.MU, 4, 0.05, None, n)
+    assert bench._target(cell)[0] == sim > bench._target(cells["mmc-open-c4-cv0.05"])[0]
     lam = 0.7 * 4 * bench.MU
     exact = {
         None: float(llmlat.queueing.mmc_response_quantile(0.95, lam, bench.MU, 4)),
@@ -271,8 +291,13 @@ def test_a_plans_load_is_judged_paired_against_the_targets(bench):
         res = SimpleNamespace(plan=lambda p95, plan=plan, wanted=wanted: wanted.append(p95) or plan)
         out = bench._plan_breaks(cell, res)
         assert wanted == [target]
-        assert (out["break"], out["break_sure"]) == (broken, 1.0)
+        assert (out["break"], out["break_sure"], out["infeasible"]) == (broken, 1.0, 0.0)
     assert out["target_se_s"] == pytest.approx(np.std(groups, ddof=1) / np.sqrt(20))
+    # a plan that says no load meets the target breaks nothing, and is counted as such
+    refused = SimpleNamespace(plan=lambda p95: SimpleNamespace(feasible=False))
+    out = bench._plan_breaks(cell, refused)
+    assert (out["break"], out["infeasible"], out["target_s"]) == (0.0, 1.0, target)
+    assert bench._counts([out, out | {"infeasible": 0.0}])["infeasible"] == (1, 2)
 
 
 def test_capped_quantile_of_near_constant_service_is_the_simulated_one(bench):

@@ -18,7 +18,7 @@ from llmlat._aggregate import observe
 from llmlat._models import _mmck_quantile
 from llmlat._synth import batch_closed_requests, mgc_sweep
 from llmlat.fitting._estimate import _served
-from llmlat.fitting._fit import _closed_vif, _not_exponential
+from llmlat.fitting._fit import _closed_vif, _light_cv, _not_exponential
 
 C, MU = 4, 2.0
 LEVELS = [1, 2, 4, 6, 8, 12]
@@ -348,6 +348,22 @@ def test_a_service_cv_is_told_from_exponential_on_few_draws():
         cv = x.std(axis=1, ddof=1) / x.mean(axis=1)
         flagged = np.mean([_not_exponential(float(v), n) for v in cv])
         assert flagged < 0.01, (n, flagged)
+
+
+def test_a_few_lone_draws_that_cannot_tell_the_service_law_give_way_to_the_level():
+    """16 servers behind a cap, service CV 2, the lightest level at 30% load: 20 of its
+    requests found nothing in flight and their CV reads 1.29, which cannot be told from the
+    exponential law's 1; the level's 1,036 can (2.01). Fitted as exponential, c was pinned to
+    [19, 20] and the plan recommended a rate past the true capacity."""
+    rates = [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    data = mgc_sweep("rate", rates, MU, 16, cv_s=2.0, queue_cap=32, seed=1009)
+    obs = observe(data, "latency", None, None)
+    lone = obs.levels.iloc[0]
+    assert lone["n_alone"] == 20 and not _not_exponential(lone["cv_alone"], lone["n_alone"])
+    cv, n = _light_cv(obs)
+    assert n == lone["n"] and cv == pytest.approx(2.0, abs=0.1)
+    lo, hi = llmlat.fit(data, model="mmc").conf_int().loc["c"]
+    assert lo <= 16 <= hi, (lo, hi)
 
 
 def test_few_levels_of_near_constant_service_still_fit():

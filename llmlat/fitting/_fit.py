@@ -298,12 +298,19 @@ def _light_cv(obs: Observed) -> tuple[float, float]:
     """Service-time CV at the lightest level and its sample size.
 
     From the requests sent into an idle server when there are enough of them (their time is
-    a service time alone), else from the whole level (waits included: an upper bound).
+    a service time alone), else from the whole level (waits included: an upper bound). Also
+    from the whole level when those few cannot tell the law from the exponential one and the
+    level can: on 16 servers at 30% load a request finds nothing in flight about once in 100,
+    and 20 such draws of a CV 2 service read 1.29 and 1.71 (2 of 20 seeds), fitted as
+    exponential, c pinned at 19 and plans past capacity, where the level's 1,000 read 1.9-2.2.
     """
     lv = obs.levels.iloc[0]
+    level = float(lv["std_s"] / lv["mean_s"]), float(lv["n"])
     if "cv_alone" in obs.levels and np.isfinite(lv["cv_alone"]):
-        return float(lv["cv_alone"]), float(lv["n_alone"])
-    return float(lv["std_s"] / lv["mean_s"]), float(lv["n"])
+        alone = float(lv["cv_alone"]), float(lv["n_alone"])
+        if _not_exponential(*alone) or not _not_exponential(*level):
+            return alone
+    return level
 
 
 def _not_exponential(cv: float, n: float) -> bool:
