@@ -568,16 +568,22 @@ def mgc_sweep(
     return pd.concat(out, ignore_index=True)
 
 
-def _warmup(c: int, rho: float, cap: int | None, clients: int | None) -> int:
+def _warmup(c: int, rho: float, cap: int | None, clients: int | None, cv_s: float) -> int:
     """Count the steps that take an empty FCFS M/G/c(/K) to steady state: ten relaxations.
 
     In arrivals, a relaxation time is about 1 / (1 - sqrt(rho))^2 near capacity (M/M/c's
     spectral gap), at most about (c + cap + 1)^2 / pi^2 behind a cap (a walk over the
-    system's places: M/M/c/K's gap), and at least a service time (c rho arrivals); a closed
-    level's N clients: N sends each.
+    system's places: M/M/c/K's gap), and at least a service time (c rho arrivals).
+
+    A closed level's N clients: ten sends each, and more for steady service. Started at
+    once, its servers begin in phase, and past c clients a request then waits for a whole
+    round of departures; only the services' own spread moves the phases apart. At CV 0.05
+    the p95 of 68 clients on 64 servers reads 612, 588, 583 and 581 ms over cycles 10-20,
+    20-30, 30-50 and 50-80 (581 to cycle 160); 16 and 4 servers settle by about 50 too, and
+    CV 0.5 by 10: ``max(10, 2.5 / cv_s)`` sends each.
     """
     if clients is not None:
-        return 10 * clients
+        return int(clients * max(10.0, 2.5 / cv_s))
     relax = 1.0 / (1.0 - np.sqrt(rho)) ** 2 if rho < 1 else np.inf
     if cap is not None:
         relax = min(relax, 1.0 + max(rho, 1.0) * (c + cap + 1) ** 2 / np.pi**2)
@@ -642,7 +648,7 @@ def fcfs_responses(
     if (rate is None) == (clients is None):
         raise ValueError("fcfs_responses: give one of rate (open) or clients (closed)")
     rng = np.random.default_rng(seed)
-    warm = _warmup(c, (rate or 0.0) / (c * mu), cap, clients)
+    warm = _warmup(c, (rate or 0.0) / (c * mu), cap, clients, cv_s)
     engine = FCFS(c, reps, cap=cap, clients=clients)
     shape = 1.0 / cv_s**2
     out = np.empty((length, reps))

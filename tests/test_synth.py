@@ -59,6 +59,16 @@ def test_closed_clients_keep_every_server_busy():
     assert (steps.worker[:4, 1] == np.arange(4)).all()  # sent at once: lowest client first
 
 
+def test_closed_steady_service_is_recorded_once_its_phases_spread():
+    # started at once, near-constant servers run in phase and a queued request waits a whole
+    # round; recorded only after the phases spread, the first and last cycles read alike
+    # (with ten cycles of warm-up the first ten read 720 ms against 652)
+    n = 18
+    resp = fcfs_responses(16, 2.0, 0.05, 50, 30 * n, 3, clients=n)
+    first, last = (np.quantile(resp[sl], 0.95) for sl in (slice(0, 10 * n), slice(-10 * n, None)))
+    assert first == pytest.approx(last, rel=0.02)
+
+
 def test_closed_refusal_retries_after_its_delay():
     """A closed client refused by the cap sends again 1 ms (plus its think time) later."""
     engine = FCFS(1, 1, cap=0, clients=2)
