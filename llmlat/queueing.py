@@ -913,9 +913,7 @@ def _network_waits(
     """
     seen = closed_arrival_distribution(nc, think_s, _mmc_rate(mu, c))
     j = np.clip(np.arange(seen.shape[1]) - c + 1, 0, None).astype(np.float64)
-    mean = j / (c * mu)
-    i = np.where(j > 0, (j - 1) % c + 1, 0)  # the departure's place in a cycle of c
-    var = (j * cv_s**2 + i * (c - i) / (c + 1.0) * (1.0 - cv_s**2)) / (c * mu) ** 2
+    mean, var = _departures(j, mu, c, cv_s)
     if think_s > 0 and cv_s > 1:
         w = think_s * mu / (1 + think_s * mu)
         if c == 1:
@@ -923,6 +921,19 @@ def _network_waits(
         else:
             mean = np.where(j > 0, mean - 1.0 / (c * mu) + _first_departure(c, cv_s, w) / mu, mean)
     return seen * (j > 0), mean, var
+
+
+def _departures(j: np.ndarray, mu: float, c: int, cv_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and variance of the time to j departures of c busy servers (gamma, CV ``cv_s``).
+
+    The service times' own spread, ``j cv_s**2`` squared spells of ``1 / (c mu)``, and the
+    servers' phases: the j-th departure is the i-th of a cycle of c (i = (j - 1) mod c + 1),
+    the i-th least of c - 1 uniform phases for constant service, ``i (c - i) / (c + 1)``
+    squared spells, weighted by ``1 - cv_s**2``.
+    """
+    i = np.where(j > 0, (j - 1) % c + 1, 0)
+    var = (j * cv_s**2 + i * (c - i) / (c + 1.0) * (1.0 - cv_s**2)) / (c * mu) ** 2
+    return j / (c * mu), var
 
 
 def _first_departure(c: int, cv_s: float, w: float) -> float:
@@ -974,8 +985,8 @@ def _in_step(nc: np.ndarray, mu: float, c: int, think_s: float, cv_s: float) -> 
 
     Clients come back in the order of their answers, so a request waits ``(T - Z)^+``, T the
     time of the N - c answers after its client's previous one (exact; pinned by a test).
-    T is taken as B + I: B the N - c departures of c busy servers (gamma, with the moments of
-    :func:`_network_waits`' j = N - c, service and phases), I the servers' idle spells in
+    T is taken as B + I: B the N - c departures of c busy servers (gamma, with
+    :func:`_departures`' moments at j = N - c: service and phases), I the servers' idle spells in
     between, uniform on [0, 2 E I] (with service noise the clients' phases drift apart until
     two collide; a reflected walk spreads them evenly). E I is set by Little's law: T's mean
     is (N - c) / X for throughput X, and the mean response ``S + E (B + I - Z)^+`` must be
@@ -995,9 +1006,7 @@ def _in_step(nc: np.ndarray, mu: float, c: int, think_s: float, cv_s: float) -> 
     z = float(think_s)
     nc = np.asarray(nc, dtype=np.int64)
     j = np.clip(nc - c, 0, None).astype(np.float64)
-    i = np.where(j > 0, (j - 1) % c + 1, 0)
-    mb = j / (c * mu)
-    vb = (j * cv_s**2 + i * (c - i) / (c + 1.0) * (1.0 - cv_s**2)) / (c * mu) ** 2
+    mb, vb = _departures(j, mu, c, cv_s)
     queued = j > 0
     kb = np.where(queued, mb**2 / np.where(queued, vb, 1.0), 1.0)
     tb = np.where(queued, vb / np.where(queued, mb, 1.0), 1.0)
