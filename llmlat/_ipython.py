@@ -42,6 +42,7 @@ from llmlat.cli.options import (
     add_plan_limits,
     flag_message,
     options_from_args,
+    plan_limits,
 )
 from llmlat.config import AUTO, OptionSpec, option_specs
 
@@ -350,9 +351,9 @@ class LLMMagics(Magics):
         ``%llmfit res --p95-s 2 --rpm 600`` (the fit's capacity plan for that target).
 
         Returns the :class:`~llmlat.fitting.FitResult` (its summary shows under the cell), with
-        a target (``--p95-s``, ``--rpm``, ``--tpm``) its :class:`~llmlat.fitting.Plan`, or
-        with ``--compare`` the table of models. Data that cannot identify a model is a one-line
-        error saying what to measure next.
+        a target (``--p95-s``, ``--rpm``, ``--tpm``, ``--itpm``, ``--otpm``) its
+        :class:`~llmlat.fitting.Plan`, or with ``--compare`` the table of models. Data that
+        cannot identify a model is a one-line error saying what to measure next.
         """
         from llmlat.fitting import compare, fit
 
@@ -368,8 +369,9 @@ class LLMMagics(Magics):
                 out = compare(data, metric=args.metric, stat=args.stat)
             else:
                 out = fit(data, model=args.model, metric=args.metric, stat=args.stat)
-                if (args.p95_s, args.rpm, args.tpm) != (None, None, None):
-                    out = out.plan(p95=args.p95_s, rpm=args.rpm, tpm=args.tpm)
+                limits = plan_limits(args)
+                if args.p95_s is not None or limits:
+                    out = out.plan(p95=args.p95_s, **limits)
         except ValueError as exc:
             raise UsageError(f"%llmfit: {exc}") from None
         if args.output is not None:

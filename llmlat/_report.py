@@ -93,8 +93,7 @@ def build_report(
     *,
     model: str = "auto",
     p95_s: float | None = None,
-    rpm: float | str | None = None,
-    tpm: float | str | None = None,
+    limits: dict[str, float | str] | None = None,
     fit: Any = None,
     title: str = "llmlat report",
     notes: list[str] | None = None,
@@ -112,9 +111,10 @@ def build_report(
         The queueing model to fit (see :func:`llmlat.fit`), unless ``fit`` is given.
     p95_s : float, optional
         A p95 latency target in seconds: the report then holds the plan for it.
-    rpm, tpm : float or "auto", optional
-        The provider's requests- and tokens-per-minute limits, for the plan (``"auto"``: the
-        ones it declared in its rate-limit headers).
+    limits : dict of str to float or "auto", optional
+        The provider's per-minute limits for the plan, as :meth:`FitResult.plan` takes them
+        (``rpm``, ``tpm``, ``itpm``, ``otpm``; ``"auto"``: the ones it declared in its
+        rate-limit headers).
     fit : FitResult, optional
         An existing fit to report instead of fitting ``model``.
     title : str, default "llmlat report"
@@ -143,11 +143,12 @@ def build_report(
         except ValueError as exc:
             notes.append(f"No model fitted: {exc}")
     plan = None
-    if p95_s is not None or rpm is not None or tpm is not None:
+    limits = dict(limits or {})
+    if p95_s is not None or limits:
         if fit is None:
             notes.append("No capacity plan: it needs a fitted model (see the note above).")
         else:
-            plan = fit.plan(p95=p95_s, rpm=rpm, tpm=tpm)
+            plan = fit.plan(p95=p95_s, **limits)
     return write_report(
         result,
         out,

@@ -201,3 +201,82 @@ def test_report_and_llmfit_flags_take_auto(fitted):
     plan = fitted.plan(rpm=args.rpm)  # what llmlat report and %llmfit then do
     assert plan.limit_rate_rps == pytest.approx(RPM / 60.0)
     assert f"rpm {RPM} as the provider declared" in plan.note
+
+
+# Anthropic's tier 2 ratio: input 80,000 and output 16,000 tokens a minute, a combined 96,000
+ITPM, OTPM = 80_000, 16_000
+APART = {
+    **{k: v for k, v in SIM.items() if k not in ("rpm", "tpm")},
+    "output_tokens": 40,
+    "slots": 2,  # saturated within the sweep, so the fit's capacity is bounded
+    "tpm": ITPM + OTPM,
+    "itpm": ITPM,
+    "otpm": OTPM,
+}
+
+
+@pytest.fixture(scope="module")
+def apart():
+    """A sweep of an Anthropic API declaring its input and output token limits apart."""
+    return llmlat.sweep(
+        concurrency=[1, 2, 4, 8],
+        requests=20,
+        api="anthropic-messages",
+        simulator=APART,
+        simulator_process=False,
+        max_tokens=40,
+        progress=False,
+    )
+
+
+def test_plan_auto_plans_with_anthropics_input_and_output_limits(apart):
+    att = apart.attempts
+    assert (att["ratelimit_limit_input_tokens"] == ITPM).all()
+    assert (att["ratelimit_limit_output_tokens"] == OTPM).all()
+    assert (att["ratelimit_limit_tokens"] == ITPM + OTPM).all()
+    ok = apart.requests[apart.requests["ok"]]
+    out, prompt = (ok[c].mean() for c in ("completion_tokens", "prompt_tokens"))
+    assert out == 40 and out > prompt  # output-heavy: the output limit binds, not the combined
+    fit = llmlat.fit(apart, model="mmc")
+    plan = fit.plan(tpm="auto")
+    assert plan.binding == "output tpm limit"
+    assert plan.limit_rate_rps == pytest.approx(OTPM / 60.0 / out)
+    assert plan.limit_rate_rps < (ITPM + OTPM) / 60.0 / (out + prompt)  # what tpm alone allows
+    assert f"tpm {ITPM + OTPM}, itpm {ITPM} and otpm {OTPM} as the provider declared" in plan.note
+    # a number given replaces the declared one; the others stay as declared
+    wider = fit.plan(tpm="auto", otpm=10 * OTPM)
+    assert wider.limit_rate_rps == pytest.approx((ITPM + OTPM) / 60.0 / (out + prompt))
+    assert fit.plan(itpm="auto").limit_rate_rps == pytest.approx(ITPM / 60.0 / prompt)
+    with pytest.raises(ValueError, match=r"^otpm: must be positive"):
+        fit.plan(otpm=0)
+    # the flags of llmlat report and %llmfit, read back as the plan's keywords
+    from llmlat._ipython import _fit_parser
+    from llmlat.cli import build_parser
+    from llmlat.cli.options import plan_limits
+
+    args = build_parser().parse_args(["report", "x.parquet", "--otpm", "auto", "--itpm", "9e4"])
+    assert plan_limits(args) == {"itpm": 90000.0, "otpm": "auto"}
+    assert plan_limits(_fit_parser().parse_args(["res", "--tpm", "auto"])) == {"tpm": "auto"}
+    assert fit.plan(**plan_limits(args)).binding == "output tpm limit"
+
+
+def test_the_planned_output_rate_passes_and_one_above_it_is_refused(apart):
+    """The bound is the server's: below the planned rate no 429, above it the output limit's."""
+    rate = llmlat.fit(apart, model="mmc").plan(tpm="auto").limit_rate_rps
+    per_second = {**APART, "limit_burst_s": 1}  # the limit enforced per second, not a minute
+    for share, refused in ((0.7, False), (1.6, True)):
+        result = llmlat.sweep(
+            rate=[share * rate],
+            duration_s=4,
+            api="anthropic-messages",
+            simulator=per_second,
+            simulator_process=False,
+            max_tokens=40,
+            retries=0,
+            seed=3,
+            progress=False,
+        )
+        att = result.attempts
+        no = att[att["status"] == 429]
+        assert (len(no) > 0.1 * len(att)) is refused, (share, len(no), len(att))
+        assert no["error"].str.contains("output tokens per minute").all()

@@ -33,6 +33,7 @@ __all__ = [
     "flag_message",
     "options_from_args",
     "per_minute",
+    "plan_limits",
 ]
 
 #: Exit codes of every ``llmlat`` command.
@@ -278,20 +279,44 @@ def _levels(kind: type, name: str) -> Callable[[str], Any]:
     return parse
 
 
+#: the plan's per-minute limits (FitResult.plan keywords) -> what their flag's help says
+_PLAN_LIMITS = {
+    "rpm": "requests-per-minute limit (auto: the one it declared)",
+    "tpm": "tokens-per-minute limit (auto: every token limit it declared)",
+    "itpm": "input-tokens-per-minute limit, as Anthropic's (auto: the one it declared)",
+    "otpm": "output-tokens-per-minute limit, as Anthropic's (auto: the one it declared)",
+}
+
+
 def add_plan_limits(parser: argparse.ArgumentParser) -> None:
-    """Add the plan's ``--rpm`` and ``--tpm`` flags (``llmlat report`` and ``%llmfit``).
+    """Add the plan's ``--rpm``, ``--tpm``, ``--itpm`` and ``--otpm`` flags.
+
+    ``llmlat report`` and ``%llmfit`` take them; :func:`plan_limits` reads them back.
 
     Parameters
     ----------
     parser : argparse.ArgumentParser
     """
-    for flag, what in (("--rpm", "requests"), ("--tpm", "tokens")):
+    for name, what in _PLAN_LIMITS.items():
         parser.add_argument(
-            flag,
-            type=per_minute,
-            metavar="N|auto",
-            help=f"the provider's {what}-per-minute limit (auto: the one it declared)",
+            f"--{name}", type=per_minute, metavar="N|auto", help=f"the provider's {what}"
         )
+
+
+def plan_limits(args: argparse.Namespace) -> dict[str, float | str]:
+    """Return the per-minute limits given as flags, as :meth:`FitResult.plan` keywords.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed by a parser that :func:`add_plan_limits` set up.
+
+    Returns
+    -------
+    dict of str to float or str
+        Only the limits given (``"auto"`` kept as is).
+    """
+    return {k: v for k in _PLAN_LIMITS if (v := getattr(args, k, None)) is not None}
 
 
 def per_minute(text: str) -> float | str:

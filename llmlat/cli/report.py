@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llmlat.cli.options import add_config_options, add_plan_limits, options_from_args
+from llmlat.cli.options import (
+    add_config_options,
+    add_plan_limits,
+    options_from_args,
+    plan_limits,
+)
 
 __all__ = ["add_parser"]
 
@@ -48,8 +53,7 @@ def _main(args: argparse.Namespace) -> int:
         args.out,
         model=args.model,
         p95_s=args.p95_s,
-        rpm=args.rpm,
-        tpm=args.tpm,
+        limits=plan_limits(args),
         prices=prices,
     )
     for note in report.notes:

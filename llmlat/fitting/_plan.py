@@ -141,7 +141,7 @@ class Plan:
     utilization_at_max_concurrency : float
         Throughput at ``max_concurrency`` over the capacity.
     limit_rate_rps : float
-        Rate allowed by the RPM/TPM limits and the budget (``inf`` if none given).
+        Rate allowed by the per-minute limits and the budget (``inf`` if none given).
     limit_concurrency : int or None
         Largest concurrency whose throughput stays under ``limit_rate_rps``; None when no
         concurrency reaches it (the limit does not bind a closed loop).
@@ -153,8 +153,9 @@ class Plan:
         The recommended concurrency: the smallest of the concurrency bounds (None: no bound).
     binding : str
         Which bound sets ``rate_rps``: ``"latency target"``, ``"rpm limit"``, ``"tpm limit"``,
-        ``"budget"`` (``budget_usd_per_hour``), ``"utilization cap"`` or ``"slo attainment"``
-        (``"none"`` when the target is infeasible).
+        ``"input tpm limit"``, ``"output tpm limit"``, ``"budget"`` (``budget_usd_per_hour``),
+        ``"utilization cap"`` or ``"slo attainment"`` (``"none"`` when the target is
+        infeasible).
     capacity_rps : float
         The fitted capacity (point estimate).
     nearest_target_s : float
@@ -257,8 +258,59 @@ class Plan:
 
 # ---------------------------------------------------------------- provider limits, SLO target
 
-#: plan option -> the attempts column holding what the provider declared for it
-_DECLARED = {"rpm": "ratelimit_limit_requests", "tpm": "ratelimit_limit_tokens"}
+#: plan option -> (the attempts column holding what the provider declared for it, the header
+#: that declares it, the bound's name in a plan)
+_DECLARED = {
+    "rpm": (
+        "ratelimit_limit_requests",
+        "x-ratelimit-limit-requests or anthropic-ratelimit-requests-limit",
+        "rpm limit",
+    ),
+    "tpm": (
+        "ratelimit_limit_tokens",
+        "x-ratelimit-limit-tokens or anthropic-ratelimit-tokens-limit",
+        "tpm limit",
+    ),
+    "itpm": (
+        "ratelimit_limit_input_tokens",
+        "anthropic-ratelimit-input-tokens-limit",
+        "input tpm limit",
+    ),
+    "otpm": (
+        "ratelimit_limit_output_tokens",
+        "anthropic-ratelimit-output-tokens-limit",
+        "output tpm limit",
+    ),
+}
+#: the token limits ``tpm="auto"`` plans with, where the provider declared them
+_TOKEN_LIMITS = ("tpm", "itpm", "otpm")
+
+
+def bound_name(limit: str) -> str:
+    """Return the name a plan gives the bound of a per-minute limit (``Plan.binding``).
+
+    Parameters
+    ----------
+    limit : {"rpm", "tpm", "itpm", "otpm"}
+
+    Returns
+    -------
+    str
+        For example ``"output tpm limit"`` for ``"otpm"``.
+    """
+    return _DECLARED[limit][2]
+
+
+def _last_declared(name: str, data: Any) -> float:
+    """Return a declared limit's last value (by the attempt's end), NaN when none was recorded."""
+    column = _DECLARED[name][0]
+    attempts = getattr(data, "attempts", None)
+    if not isinstance(attempts, pd.DataFrame) or column not in attempts:
+        return math.nan
+    order = attempts["t_end"] if "t_end" in attempts else pd.RangeIndex(len(attempts))
+    values = attempts[column].astype("Float64").set_axis(np.asarray(order)).sort_index()
+    values = values.dropna()
+    return float(values.iloc[-1]) if len(values) else math.nan
 
 
 def declared_limit(name: str, data: Any) -> float:
@@ -269,8 +321,8 @@ def declared_limit(name: str, data: Any) -> float:
 
     Parameters
     ----------
-    name : {"rpm", "tpm"}
-        Which limit.
+    name : {"rpm", "tpm", "itpm", "otpm"}
+        Which limit: requests, tokens, or Anthropic's separate input and output tokens.
     data : SweepResult
         The fitted data, with its attempts table.
 
@@ -284,21 +336,67 @@ def declared_limit(name: str, data: Any) -> float:
     ValueError
         One line naming the option, when no attempt recorded the header.
     """
-    column = _DECLARED[name]
-    attempts = getattr(data, "attempts", None)
-    values = pd.Series(dtype="float64")
-    if isinstance(attempts, pd.DataFrame) and column in attempts:
-        order = attempts["t_end"] if "t_end" in attempts else pd.RangeIndex(len(attempts))
-        values = attempts[column].astype("Float64").set_axis(np.asarray(order)).sort_index()
-        values = values.dropna()
-    if not len(values):
-        kind = (name[:1] == "r" and "requests") or "tokens"
+    value = _last_declared(name, data)
+    if math.isnan(value):
         raise ValueError(
-            f"{name}: 'auto' needs the limit the provider declares (x-ratelimit-limit-{kind} or "
-            f"anthropic-ratelimit-{kind}-limit headers), and no attempt in the data recorded "
-            f"one; pass {name}=<per minute>"
+            f"{name}: 'auto' needs the limit the provider declares ({_DECLARED[name][1]} "
+            f"headers), and no attempt in the data recorded one; pass {name}=<per minute>"
         )
-    return float(values.iloc[-1])
+    return value
+
+
+def per_minute_limits(
+    given: dict[str, float | str | None], data: Any
+) -> tuple[dict[str, float], list[str]]:
+    """Resolve a plan's per-minute limits: numbers as given, ``"auto"`` as declared.
+
+    ``tpm="auto"`` takes every token limit the provider declared: the combined one and
+    Anthropic's separate input and output ones (which its combined one does not bound: 80,000
+    input and 16,000 output tokens a minute come with a combined 96,000). An ``itpm`` or
+    ``otpm`` given as a number replaces the declared one.
+
+    Parameters
+    ----------
+    given : dict of str to float, "auto" or None
+        ``rpm``, ``tpm``, ``itpm``, ``otpm`` as passed to :meth:`FitResult.plan`.
+    data : SweepResult
+        The fitted data, with its attempts table (for ``"auto"``).
+
+    Returns
+    -------
+    tuple
+        ``(limits, declared)``: limit name -> per minute, and the ones taken from the
+        provider's headers, as ``"otpm 16000"``.
+
+    Raises
+    ------
+    ValueError
+        One line naming the option: not positive, or ``"auto"`` with nothing declared.
+    """
+    limits: dict[str, float] = {}
+    declared: list[str] = []
+    for name, value in given.items():
+        if value is None or (name in limits and value == "auto"):
+            continue
+        if value == "auto":
+            if name == "tpm":
+                found = {
+                    k: _last_declared(k, data)
+                    for k in _TOKEN_LIMITS
+                    if given.get(k) in (None, "auto")  # a number given wins
+                }
+                found = {k: v for k, v in found.items() if not math.isnan(v)}
+                if not found:
+                    declared_limit("tpm", data)  # raises: nothing declared
+            else:
+                found = {name: declared_limit(name, data)}
+            limits.update(found)
+            declared += [f"{k} {v:g}" for k, v in found.items()]
+        elif isinstance(value, str) or not value > 0:
+            raise ValueError(f"{name}: must be positive, or 'auto' (the declared limit)")
+        else:
+            limits[name] = float(value)
+    return limits, declared
 
 
 def attainment_bound(

@@ -24,7 +24,13 @@ from llmlat.fitting._estimate import (
     sent_requests,
 )
 from llmlat.fitting._estimate import round_up as _round_up
-from llmlat.fitting._plan import Plan, _min_or_none, attainment_bound, declared_limit
+from llmlat.fitting._plan import (
+    Plan,
+    _min_or_none,
+    attainment_bound,
+    bound_name,
+    per_minute_limits,
+)
 
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
 _WIDEST = 100.0
@@ -789,6 +795,8 @@ class FitResult:
         mean: float | None = None,
         rpm: float | str | None = None,
         tpm: float | str | None = None,
+        itpm: float | str | None = None,
+        otpm: float | str | None = None,
         tokens_per_request: float | None = None,
         max_utilization: float | None = None,
         budget_usd_per_hour: float | None = None,
@@ -810,8 +818,14 @@ class FitResult:
             Requests-per-minute limit of the provider; ``"auto"``: the limit it declared in its
             rate-limit headers, as recorded in the data's attempts.
         tpm : float or "auto", optional
-            Tokens-per-minute limit (needs ``tokens_per_request`` or token counts in the data);
-            ``"auto"`` as for ``rpm``.
+            Tokens-per-minute limit (needs ``tokens_per_request`` or token counts in the data).
+            ``"auto"``: every token limit the provider declared, Anthropic's separate input
+            and output limits included (``itpm``, ``otpm``).
+        itpm, otpm : float or "auto", optional
+            Input (prompt) and output tokens-per-minute limits, as Anthropic sets them apart;
+            each request counts its mean prompt or output tokens in the data. Every prompt
+            token counts, cache reads included (Anthropic leaves those out on most models, so
+            this bound is then cautious). ``"auto"`` as for ``rpm``.
         tokens_per_request : float, optional
             Tokens one request counts against ``tpm`` (default: mean prompt + completion).
         max_utilization : float, optional
@@ -843,28 +857,19 @@ class FitResult:
             "budget_usd_per_hour": budget_usd_per_hour,
             "cost_per_request_usd": cost_per_request_usd,
         }
-        limits_given = (rpm, tpm, max_utilization, budget_usd_per_hour, slo_attainment)
+        per_minute = {"rpm": rpm, "tpm": tpm, "itpm": itpm, "otpm": otpm}
+        limits_given = (*per_minute.values(), max_utilization, budget_usd_per_hour, slo_attainment)
         if not targets and all(v is None for v in limits_given):
             raise ValueError(
-                "target: give p95=..., mean=..., rpm=..., tpm=..., max_utilization, "
-                "budget_usd_per_hour or slo_attainment"
+                "target: give p95=..., mean=..., rpm=..., tpm=..., itpm=..., otpm=..., "
+                "max_utilization, budget_usd_per_hour or slo_attainment"
             )
         if budget_usd_per_hour is not None and cost_per_request_usd is None:
             raise ValueError(
                 "cost_per_request_usd: needed with budget_usd_per_hour (e.g. "
                 "summary(prices=...).cost_per_1k_requests_usd / 1000)"
             )
-        per_minute: dict[str, float | None] = {}
-        declared = []
-        for name, given in (("rpm", rpm), ("tpm", tpm)):
-            if given == "auto":
-                per_minute[name] = declared_limit(name, self.data)
-                declared.append(f"{name} {per_minute[name]:g}")
-            elif isinstance(given, str) or (given is not None and not given > 0):
-                raise ValueError(f"{name}: must be positive, or 'auto' (the declared limit)")
-            else:
-                per_minute[name] = given
-        rpm_v, tpm_v = per_minute["rpm"], per_minute["tpm"]
+        per_minute_v, declared = per_minute_limits(per_minute, self.data)
         for name, v in {**targets, **money}.items():
             if v is not None and not v > 0:
                 raise ValueError(f"{name}: must be positive")
@@ -873,19 +878,10 @@ class FitResult:
         cap = self.capacity_rps
         worst = self._pessimistic()
         cap_low = min(self._model.capacity(p) for p in worst)
-        limits = {}
-        if rpm_v is not None:
-            limits["rpm limit"] = rpm_v / 60.0
-        if tpm_v is not None:
-            tok = tokens_per_request
-            if tok is None:
-                obs = self._problem.all
-                tok = np.nansum([obs.tokens, obs.prompt_tokens])
-                if not tok > 0:
-                    raise ValueError(
-                        "tokens_per_request: needed with tpm (the data has no token counts)"
-                    )
-            limits["tpm limit"] = tpm_v / 60.0 / tok
+        limits = {
+            bound_name(name): value / 60.0 / self._counted(name, tokens_per_request)
+            for name, value in per_minute_v.items()
+        }
         if budget_usd_per_hour is not None and cost_per_request_usd is not None:
             limits["budget"] = budget_usd_per_hour / 3600.0 / cost_per_request_usd
         limit = min(limits.values(), default=np.inf)
@@ -894,7 +890,8 @@ class FitResult:
         if "cv_s_n" in self._est.p:
             notes[0] += " (the measured service CV's too)"
         if declared:
-            notes.append(f"{' and '.join(declared)} as the provider declared (rate-limit headers)")
+            shown = ", ".join(declared[:-1]) + " and " * (len(declared) > 1) + declared[-1]
+            notes.append(f"{shown} as the provider declared (rate-limit headers)")
         slo_rate, slo_n, slo_ok = np.inf, None, True
         if slo_attainment is not None:
             slo_rate, slo_n, slo_ok, said = attainment_bound(
@@ -987,6 +984,23 @@ class FitResult:
             capacity_identified=self.capacity_identified,
             budget_rate_rps=float(limits.get("budget", np.inf)),
         )
+
+    def _counted(self, limit: str, tokens_per_request: float | None) -> float:
+        """Return what one request counts against a per-minute limit: 1, or its mean tokens."""
+        if limit == "rpm":
+            return 1.0
+        obs = self._problem.all
+        if limit == "tpm":
+            tok = tokens_per_request or np.nansum([obs.tokens, obs.prompt_tokens])
+            if not tok > 0:
+                raise ValueError(
+                    "tokens_per_request: needed with tpm (the data has no token counts)"
+                )
+            return float(tok)
+        tok, what = (obs.prompt_tokens, "prompt") if limit == "itpm" else (obs.tokens, "output")
+        if not tok > 0:  # NaN too: a table without token counts
+            raise ValueError(f"{limit}: needs the requests' {what} token counts in the data")
+        return float(tok)
 
     def _within_measured(self, rate: float, n: int | None) -> tuple[float, int | None, str]:
         """Clip a plan's bounds to the measured loads: past them the unidentified integer rules."""

@@ -11,7 +11,8 @@ in front of a model of one provider replica (:class:`SimConfig` holds every opti
 - ``mode="mmc"``: ``slots`` servers, FIFO queue, exponential service time of rate ``mu`` per
   server, tokens paced evenly over it: an exact M/M/c, to validate fitted models.
 - Admission: a waiting-queue limit (``queue_limit``) and per-minute token buckets (``rpm``,
-  ``tpm``; refilled continuously, holding ``limit_burst_s`` seconds of the limit); a refusal
+  ``tpm``, and Anthropic's separate ``itpm`` and ``otpm``; refilled continuously, holding
+  ``limit_burst_s`` seconds of the limit); a refusal
   is a 429 with ``Retry-After`` (a full queue: its length over the service rate, the expected
   wait for a slot; a bucket: the real time until it holds the tokens) and the rate-limit
   headers of the API: OpenAI's ``x-ratelimit-*`` with the exact wait in ``retry-after-ms`` (as

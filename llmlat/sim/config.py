@@ -84,6 +84,11 @@ class SimConfig:
         continuously at that rate; a refused request gets a 429 whose ``Retry-After`` (whole
         seconds, rounded up; on the OpenAI APIs also ``retry-after-ms``, the exact wait, as
         Azure OpenAI sends it) is the time until the bucket holds it.
+    itpm, otpm : float or None
+        Input (prompt) and output tokens per minute, Anthropic's separate limits, enforced as
+        ``tpm`` is; the Anthropic API declares them in its ``anthropic-ratelimit-input-tokens-*``
+        and ``-output-tokens-*`` headers (OpenAI's APIs have no header for them). Every prompt
+        token counts, cache reads included (Anthropic leaves those out on most models).
     limit_burst_s : float
         Seconds of the ``rpm`` / ``tpm`` limits a bucket holds. 1 (the default): the limit
         enforced per second, as OpenAI and Anthropic say they may do ("60,000 requests per
@@ -133,7 +138,9 @@ class SimConfig:
     queue_limit: int | None = _opt(None, "most waiting requests before 429 (none: unbounded)")
     rpm: float | None = _opt(None, "requests per minute bucket (none: off)")
     tpm: float | None = _opt(None, "tokens per minute bucket (none: off)")
-    limit_burst_s: float = _opt(1.0, "seconds of the rpm/tpm limits a bucket holds (burst)")
+    itpm: float | None = _opt(None, "input tokens per minute bucket (none: off)")
+    otpm: float | None = _opt(None, "output tokens per minute bucket (none: off)")
+    limit_burst_s: float = _opt(1.0, "seconds of the per-minute limits a bucket holds (burst)")
     p_500: float = _opt(0.0, "probability of an immediate 500")
     p_503: float = _opt(0.0, "probability of an immediate 503")
     p_drop: float = _opt(0.0, "probability of a connection dropped mid-response")
@@ -256,6 +263,8 @@ _POSITIVE = {
     "max_output_tokens",
     "rpm",
     "tpm",
+    "itpm",
+    "otpm",
     "limit_burst_s",
     "truth_limit",
     "prefill_chunk_tokens",

@@ -199,7 +199,8 @@ class Refusal:
         (inf when never); for a full queue, the queue length (this request included) over
         the replica's service rate, the expected wait for a slot, as providers estimate it.
     limit : str or None
-        "requests" or "tokens" for a bucket refusal.
+        What the refusing bucket counts: "requests", "tokens", "input tokens" or "output
+        tokens".
     """
 
     reason: str
@@ -481,8 +482,17 @@ class Replica:
         self._arrivals = 0  # request ids go on counting when old rows are dropped
         now = self.loop.time()
         burst = config.limit_burst_s
-        self.rpm = TokenBucket(config.rpm, now, burst) if config.rpm else None
-        self.tpm = TokenBucket(config.tpm, now, burst) if config.tpm else None
+        # (bucket, what it counts); Anthropic declares its input and output token limits apart
+        self.buckets = [
+            (TokenBucket(per_minute, now, burst), kind)
+            for per_minute, kind in (
+                (config.rpm, "requests"),
+                (config.tpm, "tokens"),
+                (config.itpm, "input_tokens"),
+                (config.otpm, "output_tokens"),
+            )
+            if per_minute
+        ]
         self.engine = (_BatchEngine if config.mode == "batch" else _MMcEngine)(config, self.loop)
         self.stalls: set[asyncio.TimerHandle] = set()
         self.cache = PrefixCache(config.cache_min_tokens, config.cache_ttl_s)
@@ -548,7 +558,13 @@ class Replica:
         n = max_tokens if max_tokens is not None else drawn
         row.prompt_tokens = prompt_tokens
         now = self.loop.time()
-        refusal = self._check_buckets(now, prompt_tokens + n)
+        amounts = {
+            "requests": 1,
+            "tokens": prompt_tokens + n,
+            "input_tokens": prompt_tokens,
+            "output_tokens": n,
+        }
+        refusal = self._check_buckets(now, amounts)
         limit = cfg.queue_limit
         if refusal is None and limit is not None and self.queued() >= limit and not self._free():
             # the expected wait of one more in the queue: what providers can know, unlike
@@ -558,10 +574,8 @@ class Replica:
             row.outcome = refusal.reason
             row.retry_after_s = refusal.retry_after_s
             return refusal
-        if self.rpm:
-            self.rpm.level -= 1
-        if self.tpm:
-            self.tpm.level -= prompt_tokens + n
+        for bucket, kind in self.buckets:
+            bucket.level -= amounts[kind]
         row.t_admitted = time.perf_counter()
         fault = None
         if self._fault_cdf is not None:
@@ -607,15 +621,13 @@ class Replica:
         # in batch mode a request waits in ``waiting`` until the next step even with a free slot
         return max(0, len(engine.active) + len(engine.waiting) - self.config.slots)
 
-    def _check_buckets(self, now: float, tokens: int) -> Refusal | None:
+    def _check_buckets(self, now: float, amounts: dict[str, int]) -> Refusal | None:
         worst: Refusal | None = None
-        for bucket, amount, limit in ((self.rpm, 1, "requests"), (self.tpm, tokens, "tokens")):
-            if bucket is None:
-                continue
+        for bucket, kind in self.buckets:
             bucket.refill(now)
-            wait = bucket.wait_s(amount)
+            wait = bucket.wait_s(amounts[kind])
             if wait > 0 and (worst is None or wait > worst.retry_after_s):
-                worst = Refusal("rate_limited", wait, limit)
+                worst = Refusal("rate_limited", wait, kind.replace("_", " "))
         return worst
 
     def limit_headers(self, api: str = "openai-chat") -> dict[str, str]:
@@ -623,9 +635,9 @@ class Replica:
 
         OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` (the reset a duration
         like ``"6m0s"``), or for ``anthropic-messages`` Anthropic's
-        ``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`` (the reset an RFC 3339
-        time). Remaining is what the bucket holds after this request was admitted; reset is
-        when the bucket is full again.
+        ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}``
+        (the reset an RFC 3339 time). Remaining is what the bucket holds after this request was
+        admitted; reset is when the bucket is full again.
 
         Parameters
         ----------
@@ -640,8 +652,8 @@ class Replica:
         now = self.loop.time()
         anthropic = api == "anthropic-messages"
         wall = time.time()
-        for bucket, kind in ((self.rpm, "requests"), (self.tpm, "tokens")):
-            if bucket is None:
+        for bucket, kind in self.buckets:
+            if not anthropic and "_" in kind:  # OpenAI's APIs declare no input/output limits
                 continue
             bucket.refill(now)
             values = {
@@ -653,7 +665,7 @@ class Replica:
             }
             for which, value in values.items():
                 name = (
-                    f"anthropic-ratelimit-{kind}-{which}"
+                    f"anthropic-ratelimit-{kind.replace('_', '-')}-{which}"
                     if anthropic
                     else f"x-ratelimit-{which}-{kind}"
                 )

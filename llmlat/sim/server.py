@@ -136,7 +136,7 @@ class _Api:
 
     def _refuse(self, row: TruthRow, refusal: Refusal, headers: dict[str, str]) -> web.Response:
         if math.isinf(refusal.retry_after_s):  # larger than the whole TPM bucket: never fits
-            message = "request too large for the tokens-per-minute limit"
+            message = f"request too large for the {refusal.limit}-per-minute limit"
             return self._finish(row, "invalid", _json_response(self.api, 400, message))
         headers.update(_retry_headers(refusal.retry_after_s, self.api))
         if refusal.reason == "queue_full":
