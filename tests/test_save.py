@@ -67,10 +67,15 @@ def test_rerun_with_the_same_path_refuses_and_overwrite_replaces(sim, tmp_path):
     path = tmp_path / "run.parquet"
     first = llmlat.sweep(url=sim.url, model="m", save=path, run_id="first", **QUICK)
     before = received(sim)
+    files = r".*run\.parquet, .*run\.parquet\.json and .*run\.attempts\.parquet"
+    with pytest.raises(ValueError, match=rf"^save: {files} exist; set overwrite to replace it$"):
+        llmlat.sweep(url=sim.url, model="m", save=path, run_id="second", **QUICK)
+    (tmp_path / "run.parquet.json").rename(tmp_path / "kept.json")  # a file deleted by hand
     with pytest.raises(
-        ValueError, match=r"^save: .*run\.parquet exists; set overwrite to replace it$"
+        ValueError, match=r"^save: .*run\.parquet and .*run\.attempts\.parquet exist;"
     ):
         llmlat.sweep(url=sim.url, model="m", save=path, run_id="second", **QUICK)
+    (tmp_path / "kept.json").rename(tmp_path / "run.parquet.json")
     assert received(sim) == before
     assert read(path).run_id == "first" and len(read(path).requests) == len(first.requests)
     second = llmlat.sweep(

@@ -100,8 +100,13 @@ def _existing(path: Path) -> tuple[str, bool] | None:
             f"{journal} holds the rows of a sweep that did not finish "
             f"(`llmlat read {path}` shows them and how to keep them)"
         ), False
-    found = [p for p in dataset_files(path)[1:] if p.exists()]
-    return (f"{found[0]} exists", False) if found else None
+    found = [str(p) for p in dataset_files(path)[1:] if p.exists()]
+    if not found:
+        return None
+    # every file of the dataset at once: naming one at a time, a user deleting by hand met
+    # three refusals in a row (requests, sidecar, attempts)
+    named = ", ".join(found[:-1]) + " and " * (len(found) > 1) + found[-1]
+    return f"{named} exist{'s' * (len(found) == 1)}", False
 
 
 def check_save_path(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
