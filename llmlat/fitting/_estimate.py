@@ -297,7 +297,8 @@ class _Problem:
 
         3 for the likelihood-ratio set; for least squares without step times, the drop at
         which the F set of :func:`_lack_of_fit` ends at 99% (a fit far tighter than the
-        means' errors keeps phi = 1, and its set reaches further than 3).
+        means' errors keeps phi = 1, or :attr:`phi_integer`, and its set reaches further
+        than 3).
         """
         if self.method != "wls" or self.n_itl:
             return 3.0
