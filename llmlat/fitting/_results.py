@@ -371,8 +371,9 @@ class FitResult:
           capped c = 16 49 of 50, 64 20 of 20 at about 430,000; closed c = 64 48 of 50, the
           two misses pinned at 63 before any advice; batching, 32 slots, latency only: 18 of
           20, the two misses pinned wrong before any advice); a closed batching fit on the
-          latency alone whose set the law's own error sets (more requests would not narrow
-          it): the levels from the set's lowest value up, streamed, as long as measured;
+          latency alone whose set the law's own error sets (more requests narrow it only to
+          what that error allows): the levels from the set's lowest value up, streamed, as
+          long as measured;
         - a continuous parameter is not identified (``param`` names it): the lightest level
           for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
 
@@ -515,9 +516,9 @@ class FitResult:
             plural = "s" if len(rows) > 1 else ""
             how = (
                 f"stream the responses (inter-token latency) at the level{plural} "
-                f"{_and(r['level'] for r in rows)}, as long as measured: the latency law's own "
-                f"error ({_BATCH_MEAN_ERROR:.1%} of a level's mean) leaves these {servers} open "
-                "however many requests are measured"
+                f"{_and(r['level'] for r in rows)}, as long as measured: more requests narrow "
+                f"these {servers} only to what the latency law's own error "
+                f"({_BATCH_MEAN_ERROR:.1%} of a level's mean) allows"
             )
         else:
             loads = lv["level"].to_numpy(dtype=np.float64)
