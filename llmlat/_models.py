@@ -668,17 +668,23 @@ class Model:
                 step = p["t0_s"] + p["t1_s"] * b ** p["gamma"]
                 own = overhead / step
                 busy_at_send = 1.0 - ((join + own) / (p["tokens"] + join + own)) ** (loads - 1.0)
-                delay = join * busy_at_send * step
+                away = join * busy_at_send + own
+                share = away / (p["tokens"] + away)
+                # the step it sits out is the others' batch: the other N - 1 less those between
+                # requests, without itself
+                others = np.minimum((loads - 1.0) * (1.0 - share), p["slots"])
+                delay = join * busy_at_send * (p["t0_s"] + p["t1_s"] * others ** p["gamma"])
                 x, ls = q._closed_means(loads, p["think_s"] + delay + overhead, self.rate(p))
                 mean = ls / x + delay + overhead
                 busy = np.minimum(ls, p["slots"])
                 # a request sees the batches it is in: size-biased, E[b^2] / E[b]. Below the
                 # cap the batch is N less those between requests (binomial, share ``share``),
-                # its variance over its mean is ``share``; a queue for slots fills the gaps
-                away = join * busy_at_send + own
-                share = away / (p["tokens"] + away)
-                gaps = np.clip((p["slots"] - busy) / np.fmax(p["slots"] * share, 1e-12), 0, 1)
-                seen = busy + share * gaps
+                # its variance over its mean is ``share``; a queue for slots fills the gaps.
+                # Counted in steps, not time (the chain's mean weighs the longer steps of the
+                # larger batches more: 0.02-0.06% on the step time below the cap)
+                batch = np.where(loads > p["slots"], busy, loads * (1.0 - share))
+                gaps = np.clip((p["slots"] - batch) / np.fmax(p["slots"] * share, 1e-12), 0, 1)
+                seen = batch + share * gaps
             # the decode step time at the batch a request sees (what a streamed request's
             # inter-token latency measures), and the mean time decoding; the rest of ``mean``
             # is waiting

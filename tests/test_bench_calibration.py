@@ -200,7 +200,9 @@ def test_a_batch_fits_slot_set_of_several_values_is_said(bench):
     assert tuple(res.conf_int().loc["slots"]) == (128, 129)
     assert bench.c_told(res, 128) == {"c_told": 1.0, "c_silent": 0.0}
     rows = res.next_levels()
-    assert rows["param"].eq("slots").all() and 129 in set(rows["level"])
+    # the join wait lands on its bound, the truth of one whole step: a row of its own
+    rows = rows[rows["param"].eq("slots")]
+    assert len(rows) and 129 in set(rows["level"])
     assert (rows["requests"] >= rows["measured"]).all()
     assert any(n.startswith("slots = 128 is one of 128..129 (95% set)") for n in res.notes)
     # --follow measures each advised level (clients) for its requests, as closed levels

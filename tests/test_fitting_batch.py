@@ -14,6 +14,7 @@ from scipy.optimize._numdiff import approx_derivative
 from llmlat import compare, fit
 from llmlat._aggregate import observe, resample
 from llmlat._loadshapes import default_length
+from llmlat._models import MODELS
 from llmlat._synth import batch_closed_requests, batch_open_requests, mgc_sweep
 from llmlat.stats import fill_mask
 
@@ -177,10 +178,11 @@ def test_latency_only_intervals_carry_the_residual_scale_on_its_degrees_of_freed
     # each with its drain): 7 level means for t0, t1, the join wait and the cap. Each mean is
     # compared at the run's mean output length, which removes most of its error, so the scale
     # is the residuals'; it was taken as RSS / n with the normal quantile, and t1's interval
-    # missed 0.002 in these seeds (28 of 40 intervals held the truth over 20 seeds)
+    # missed 0.002 in these seeds (28 of 40 intervals held the truth over 20 seeds). The
+    # linear step time is held: whether a free exponent earns its parameter is AIC's call
     for seed in (1000, 1004):
         data = _sweep([1, 2, 4, 8, 16, 32, 64], 32, n=None, seed=seed, drain=True)
-        res = fit(data.drop(columns=["itl_mean_s"]), model="batch")
+        res = fit(data.drop(columns=["itl_mean_s"]), model="batch", gamma=1.0)
         ci = res.conf_int()
         for name, truth in (("t0_s", T0), ("t1_s", T1)):
             lower, upper = ci.loc[name]
@@ -316,3 +318,32 @@ def test_a_closed_levels_predictions_keep_littles_law_at_its_own_output_length()
     assert little.to_numpy() == pytest.approx(1.0, rel=1e-6)
     tokens = res._problem.all.levels["tokens_mean"]
     assert tokens.max() / tokens.min() > 1.1  # the levels' lengths do differ
+
+
+def test_a_closed_levels_join_wait_is_a_step_of_the_others_batch():
+    # a request sent to a busy server sits out one step before it joins: the step of the
+    # others' batch, without itself. The law took it at the full batch min(N, slots), one
+    # sequence too many: 0.23% too slow at 2 clients, 0.15% at 4 (long steady runs, where the
+    # sampling error is 0.02%), which the latency-only fit absorbed in the cap (130 for 128).
+    # The step time a request sees counts the batches in steps, not time: 0.03% off at 24-32
+    # clients, where the step times' own error is under 0.01%
+    law = MODELS["batch_linear"]
+    for n in (2, 4, 8, 24, 32):
+        data = batch_closed_requests([n], 32, T0, T1, 40, n=1000, seed=n, warmup=100)
+        p = {"slots": 32, "t0_s": T0, "t1_s": T1, "gamma": 1.0, "join_steps": 1.0}
+        p |= {"think_s": 0.0, "tokens": data["completion_tokens"].mean()}
+        pred = law.predict(p, np.array([float(n)]), "concurrency", ("mean",))
+        assert data["latency_s"].mean() == pytest.approx(pred["mean_s"][0], rel=1e-3), n
+        assert data["itl_mean_s"].mean() == pytest.approx(pred["itl_s"][0], rel=1.5e-4), n
+
+
+def test_latency_only_slot_set_carries_the_laws_own_error():
+    # the calibration's latency-only cell (slots 32, levels 1-64 at their default lengths):
+    # the residuals, 0.01-0.1% of a level's mean, set the scale alone and the set excluded
+    # the truth (31 pinned in seed 1019; >= 33 in seed 1011)
+    for seed in (1011, 1019):
+        data = _sweep([1, 2, 4, 8, 16, 32, 64], 32, n=None, seed=seed, drain=True)
+        res = fit(data.drop(columns=["itl_mean_s"]), model="batch")
+        lower, upper = res.conf_int().loc["slots"]
+        assert lower <= 32 <= upper, seed
+        assert lower >= 16, seed  # honest, not everything

@@ -14,6 +14,7 @@ from llmlat import queueing
 from llmlat._aggregate import QUANTILES, resample
 from llmlat._models import Model
 from llmlat.fitting._estimate import (
+    _BATCH_MEAN_ERROR,
     _PLAUSIBLE,
     _Estimate,
     _estimate,
@@ -335,7 +336,8 @@ class FitResult:
         Maximum likelihood: the likelihood-ratio (chi-square) cut. Least squares: an F test
         on the increase of the residual sum of squares in units of the quasi-likelihood scale
         (the concentrated likelihood gives RSS_k / RSS_best = exp(2 (llf_best - llf_k) / n)),
-        so the integer's interval carries the model's error as the continuous ones do.
+        so the integer's interval carries the model's error as the continuous ones do (a
+        closed batching fit's at least the law's own, :attr:`_Problem.phi_integer`).
         """
         dof = self._est.dof
         cut = stats.chi2.ppf(1 - alpha, 1) if dof is None else stats.f.ppf(1 - alpha, 1, dof)
@@ -374,7 +376,10 @@ class FitResult:
           of 20 at about 22,000 more requests, 64 50 of 50, 20 of 20 at about 390,000;
           capped c = 16 49 of 50, 64 20 of 20 at about 430,000; closed c = 64 48 of 50, the
           two misses pinned at 63 before any advice; batching, 32 slots, latency only: 18 of
-          20, the two misses pinned wrong before any advice);
+          20, the two misses pinned wrong before any advice); a closed batching fit on the
+          latency alone whose set the law's own error sets (more requests narrow it only to
+          what that error allows): the levels from the set's lowest value up, streamed, as
+          long as measured;
         - a continuous parameter is not identified (``param`` names it): the lightest level
           for ``mu``; ``level`` is NaN where the remedy is not a level (``why`` says what).
 
@@ -464,7 +469,8 @@ class FitResult:
             return 2 * (prof.max() - prof)
         n = len(self._problem.se)
         rss_best = float(np.exp(2 * est.theta[-1])) * n
-        return rss_best * np.expm1(2 * (prof.max() - prof) / n) / est.phi
+        phi = max(est.phi, self._problem.phi_integer)
+        return rss_best * np.expm1(2 * (prof.max() - prof) / n) / phi
 
     def _integer_spread(self) -> list[str]:
         """Return a note when the integer is identified but its 95% set holds several values.
@@ -507,6 +513,19 @@ class FitResult:
                 f"{start} for about {n:,.0f} requests ({row['why']}) and the lightest level "
                 f"{light_row['level']:g} about as long ({light_row['why']})"
             )
+        elif self._law_sets_integer():
+            # more requests narrow the sampling error, not the law's: the step times pin it
+            loads = lv["level"].to_numpy(dtype=np.float64)
+            past = loads[loads >= a]
+            why = "streamed, its step times pin the cap"
+            rows = [self._ask(m.integer, v, self._measured(v), why) for v in past]
+            plural = "s" if len(rows) > 1 else ""
+            how = (
+                f"stream the responses (inter-token latency) at the level{plural} "
+                f"{_and(r['level'] for r in rows)}, as long as measured: more requests narrow "
+                f"these {servers} only to what the latency law's own error "
+                f"({_BATCH_MEAN_ERROR:.1%} of a level's mean) allows"
+            )
         else:
             loads = lv["level"].to_numpy(dtype=np.float64)
             near = (loads >= a / 2) & (loads <= 2 * b)
@@ -537,6 +556,13 @@ class FitResult:
             f"{m.integer} = {self.params[m.integer]:g} is one of {a:g}..{b:g} (95% set): these "
             f"levels do not pin it to one value; to pin it, {how}"
         ]
+
+    def _law_sets_integer(self) -> bool:
+        """Whether the law's own error, not the residuals, sets the integer's set.
+
+        A closed batching fit on the latency alone (:attr:`_Problem.phi_integer`).
+        """
+        return self._est.dof is not None and self._problem.phi_integer > self._est.phi
 
     def _identification(self) -> dict[str, str]:
         """Parameters the data do not pin down: name -> why, and what to measure next.
