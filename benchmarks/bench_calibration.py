@@ -137,6 +137,9 @@ class Cell:
     cv: float = 1.0
     queue_cap: int | None = None
     streamed: bool = True  # batch: the requests carry their inter-token latency
+    tokens: int = 40  # batch: mean output tokens of a request
+    spread: float = 0.5  # batch: output lengths uniform on tokens * (1 -/+ spread); 0: fixed
+    rtt_s: float = 0.0  # batch: mean network round trip (llmlat._synth.batch_closed_requests)
     scale: float = 1.0  # multiplies every level's default length (--scale)
     loads: tuple[float, ...] = OPEN_LOADS  # open levels, as shares of the capacity c * mu
     truth_requests: int = TRUTH_REQUESTS  # of the simulated target (--truth-requests)
@@ -179,11 +182,13 @@ class Cell:
             self.c,
             0.02,
             0.002,
-            40,
+            self.tokens,
             n=requests,
             seed=seed,
             warmup=0,
+            spread=self.spread,
             drain=True,  # a sweep's closed level ends as its last requests finish
+            rtt_s=self.rtt_s,
         )
         return data if self.streamed else data.drop(columns=["itl_mean_s"])
 
@@ -200,6 +205,13 @@ def _cells() -> list[Cell]:
             cells += [_mmc(kind, c, cv) for kind in _KINDS]
     cells += [Cell(f"batch-closed-s{s}", "batch", "concurrency", s) for s in (8, 32, 128)]
     cells.append(Cell("batch-closed-s32-plain", "batch", "concurrency", 32, streamed=False))
+    # fixed output lengths (max_tokens with ignore_eos, as vLLM's and llmperf's benchmarks),
+    # which keep a closed level's clients in step, behind a round trip of 4 ms
+    fixed = {"tokens": 8, "spread": 0.0, "rtt_s": 0.004}
+    cells += [
+        Cell(f"batch-closed-s{s}-fixed", "batch", "concurrency", s, **fixed)
+        for s in (8, 24, 32, 128)
+    ]
     return cells
 
 
