@@ -57,6 +57,11 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             fixed["tokens_cv"] = obs.tokens_cv
         if obs.kind == "concurrency":
             fixed["in_step"] = _in_step(obs)
+            if fixed["in_step"] >= 0.5:
+                notes.append(
+                    f"output lengths equal ({obs.tokens_same:.0%} of request pairs): a closed "
+                    "level's clients decode in step, each request in the whole batch"
+                )
         if not obs.tokens_q:
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
@@ -470,7 +475,10 @@ def fit(
         ``batch`` on streamed requests (``itl_mean_s``, or ``itl_mean_s``/``itl_std_s`` in a
         per-level table) also fits each level's mean inter-token latency, the decode step time
         of its batch (min(N, slots) in a closed loop), with its own error scale: that pins t0,
-        t1 and, at a level whose requests waited for a slot, the slot cap. Each step also
+        t1 and, at a level whose requests waited for a slot, the slot cap. Below the cap a
+        closed level's batch is N less the clients between requests, unless the output
+        lengths are equal (``max_tokens`` with ``ignore_eos``): its clients then end together
+        and are away together, so each request decodes in the whole batch. Each step also
         prefills the requests joining it, b / tokens of them per step in a steady batch of b,
         so ``t1_s`` holds their prefill: t1 + prefill / tokens (the client cannot tell the
         two apart when the prompts are alike). A streamed closed sweep with one client also
