@@ -5,8 +5,10 @@ design llmlat uses (``llmlat._synth``: each level starts empty, default level le
 so the start-up transient is in the data; no HTTP; batching cells stream, with the simulator's
 token timing, so the fit sees each request's inter-token latency, except the ``-plain`` cell,
 which has latency only; each batching level ends with its drain, the last requests decoding in
-a shrinking batch, as a sweep's closed level does). Each seed is fitted with the station's model
-(``mmc`` or ``batch``) and with ``model="auto"``, then planned for a p95 target. Per cell:
+a shrinking batch, as a sweep's closed level does; the ``-fixed`` cells have equal output
+lengths of 8 tokens, as ``max_tokens`` with ``ignore_eos`` gives, behind a 4 ms round trip).
+Each seed is fitted with the station's model (``mmc`` or ``batch``) and with ``model="auto"``,
+then planned for a p95 target. Per cell:
 
 - ``c_exact``: share of fits whose integer (c, or slots) is the truth
 - ``c_told``: share that are right or say they cannot tell (target 6's spirit): the integer
