@@ -5,8 +5,10 @@ design llmlat uses (``llmlat._synth``: each level starts empty, default level le
 so the start-up transient is in the data; no HTTP; batching cells stream, with the simulator's
 token timing, so the fit sees each request's inter-token latency, except the ``-plain`` cell,
 which has latency only; each batching level ends with its drain, the last requests decoding in
-a shrinking batch, as a sweep's closed level does). Each seed is fitted with the station's model
-(``mmc`` or ``batch``) and with ``model="auto"``, then planned for a p95 target. Per cell:
+a shrinking batch, as a sweep's closed level does; the ``-fixed`` cells have equal output
+lengths of 8 tokens, as ``max_tokens`` with ``ignore_eos`` gives, behind a 4 ms round trip).
+Each seed is fitted with the station's model (``mmc`` or ``batch``) and with ``model="auto"``,
+then planned for a p95 target. Per cell:
 
 - ``c_exact``: share of fits whose integer (c, or slots) is the truth
 - ``c_told``: share that are right or say they cannot tell (target 6's spirit): the integer
@@ -137,6 +139,9 @@ class Cell:
     cv: float = 1.0
     queue_cap: int | None = None
     streamed: bool = True  # batch: the requests carry their inter-token latency
+    tokens: int = 40  # batch: mean output tokens of a request
+    spread: float = 0.5  # batch: output lengths uniform on tokens * (1 -/+ spread); 0: fixed
+    rtt_s: float = 0.0  # batch: mean network round trip (llmlat._synth.batch_closed_requests)
     scale: float = 1.0  # multiplies every level's default length (--scale)
     loads: tuple[float, ...] = OPEN_LOADS  # open levels, as shares of the capacity c * mu
     truth_requests: int = TRUTH_REQUESTS  # of the simulated target (--truth-requests)
@@ -179,11 +184,13 @@ class Cell:
             self.c,
             0.02,
             0.002,
-            40,
+            self.tokens,
             n=requests,
             seed=seed,
             warmup=0,
+            spread=self.spread,
             drain=True,  # a sweep's closed level ends as its last requests finish
+            rtt_s=self.rtt_s,
         )
         return data if self.streamed else data.drop(columns=["itl_mean_s"])
 
@@ -200,6 +207,13 @@ def _cells() -> list[Cell]:
             cells += [_mmc(kind, c, cv) for kind in _KINDS]
     cells += [Cell(f"batch-closed-s{s}", "batch", "concurrency", s) for s in (8, 32, 128)]
     cells.append(Cell("batch-closed-s32-plain", "batch", "concurrency", 32, streamed=False))
+    # fixed output lengths (max_tokens with ignore_eos, as vLLM's and llmperf's benchmarks),
+    # which keep a closed level's clients in step, behind a round trip of 4 ms
+    fixed = {"tokens": 8, "spread": 0.0, "rtt_s": 0.004}
+    cells += [
+        Cell(f"batch-closed-s{s}-fixed", "batch", "concurrency", s, **fixed)
+        for s in (8, 24, 32, 128)
+    ]
     return cells
 
 

@@ -71,6 +71,9 @@ class Observed:
     system_k: int | None = None
     #: coefficient of variation of the output length (ok rows), NaN when unknown
     tokens_cv: float = np.nan
+    #: share of pairs of requests (ok rows) of the same output length, NaN when unknown: 1 for
+    #: fixed lengths (``max_tokens`` with ``ignore_eos``), which keep closed clients in step
+    tokens_same: float = np.nan
     #: streamed: per level, each request's mean inter-token latency, in the order of ``times``
     itl_times: list[np.ndarray] | None = None
 
@@ -303,6 +306,9 @@ def _from_requests(
         probs = [v for v in QUANTILES.values() if v is not None]
         obs.tokens_q = dict(zip(probs, np.quantile(lengths, probs) / tok, strict=True))
         obs.tokens_cv = float(np.std(lengths) / np.mean(lengths)) if len(lengths) > 1 else np.nan
+        if len(lengths) > 1:
+            counts = np.unique(lengths, return_counts=True)[1].astype(np.float64)
+            obs.tokens_same = float(counts @ (counts - 1) / (len(lengths) * (len(lengths) - 1)))
     return obs
 
 

@@ -684,7 +684,15 @@ class Model:
                 # larger batches more: 0.02-0.06% on the step time below the cap)
                 batch = np.where(loads > p["slots"], busy, loads * (1.0 - share))
                 gaps = np.clip((p["slots"] - batch) / np.fmax(p["slots"] * share, 1e-12), 0, 1)
-                seen = batch + share * gaps
+                # clients in step (equal output lengths) are away together, never in each
+                # other's gaps: they see the whole batch, min(N, slots), but for one. Below
+                # the cap the server idles while they are away; the first back starts a step
+                # alone and stays a step ahead, so the others' last step lacks it: 1 of the
+                # L - 1 steps their inter-token latency times
+                in_step = p.get("in_step", 0.0)
+                ahead = np.where(loads <= p["slots"], (b - 1.0) / b, 0.0)
+                step_mates = b - ahead / max(p["tokens"] - 1.0, 1.0)
+                seen = in_step * step_mates + (1.0 - in_step) * (batch + share * gaps)
             # the decode step time at the batch a request sees (what a streamed request's
             # inter-token latency measures), and the mean time decoding; the rest of ``mean``
             # is waiting

@@ -175,6 +175,7 @@ def batch_closed_requests(
     join_steps: int = 1,
     drain: bool = False,
     step_s: Callable[[int], float] | None = None,
+    rtt_s: float = 0.0,
 ) -> pd.DataFrame:
     """Simulate N clients (no think time) against a continuous-batching server, for each N.
 
@@ -215,6 +216,12 @@ def batch_closed_requests(
     step_s : callable, optional
         Step time of a batch of b requests, in place of ``t0_s + t1_s * b`` (a server of
         another step-time law, e.g. memory-bound then compute-bound: ``max(t0, t1 * b)``).
+    rtt_s : float, default 0
+        Mean network round trip: each way is uniform on ``[0, rtt_s]``, drawn for every send
+        and every token the client times. A request joins at the first step boundary after it
+        arrives (an idle server starts a step at the first arrival, as behind HTTP, where
+        clients sent at once arrive a few ms apart); its client sees its tokens late, and
+        sends again when it sees the last. 0: no delay.
 
     Returns
     -------
@@ -227,17 +234,31 @@ def batch_closed_requests(
     out = []
     low, high = int(tokens * (1 - spread)), int(tokens * (1 + spread)) + 1
     step_of = step_s or (lambda b: t0_s + t1_s * b)
+
+    def late(t: float) -> float:  # one way over the network
+        return t + rng.uniform(0.0, rtt_s) if rtt_s > 0 else t
+
     for big_n in levels:
         m = n + warmup
-        waiting = [(0.0, w, 0) for w in range(big_n)]  # (sent, worker, first step), FIFO
+        # (sent, worker, first step, arrival), FIFO by arrival
+        waiting = [(0.0, w, 0, late(0.0)) for w in range(big_n)]
         running: list[list] = []  # [sent, worker, tokens left, tokens total, first token]
         now, step = 0.0, 0
         rows: list[tuple] = []  # (sent, end, worker, tokens, first token)
         sends = big_n
         while (running or waiting) if drain else not _complete(rows, running, waiting, m):
             idle = not running
-            while waiting and len(running) < slots and (idle or waiting[0][2] <= step):
-                sent, w, _ = waiting.pop(0)
+            if rtt_s > 0:
+                waiting.sort(key=lambda r: r[3])
+                if idle:
+                    now = max(now, waiting[0][3])
+            while (
+                waiting
+                and len(running) < slots
+                and waiting[0][3] <= now
+                and (idle or waiting[0][2] <= step)
+            ):
+                sent, w, _, _ = waiting.pop(0)
                 total = int(rng.integers(low, high))
                 running.append([sent, w, total, total, np.nan])
             now += step_of(len(running))
@@ -248,9 +269,10 @@ def batch_closed_requests(
                     r[4] = now
             for r in [r for r in running if r[2] == 0]:
                 running.remove(r)
-                rows.append((r[0], now, r[1], r[3], r[4]))
+                end = late(now)
+                rows.append((r[0], end, r[1], r[3], late(r[4])))
                 if not drain or sends < m:
-                    waiting.append((now, r[1], step + join_steps))
+                    waiting.append((end, r[1], step + join_steps, late(end)))
                     sends += 1
         rows.sort()
         kept = rows[warmup:m]

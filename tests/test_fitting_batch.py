@@ -16,6 +16,7 @@ from llmlat._aggregate import observe, resample
 from llmlat._loadshapes import default_length
 from llmlat._models import MODELS
 from llmlat._synth import batch_closed_requests, batch_open_requests, mgc_sweep
+from llmlat.fitting._fit import _in_step
 from llmlat.stats import fill_mask
 
 T0, T1 = 0.02, 0.002
@@ -347,3 +348,28 @@ def test_latency_only_slot_set_carries_the_laws_own_error():
         lower, upper = res.conf_int().loc["slots"]
         assert lower <= 32 <= upper, seed
         assert lower >= 16, seed  # honest, not everything
+
+
+def test_fixed_output_lengths_keep_a_closed_levels_clients_in_step():
+    # max_tokens with ignore_eos (vLLM's and llmperf's benchmarks): a closed level's clients
+    # all end at the same step and are away together, so a request decodes in the whole batch,
+    # not in N less those between requests. Before, the fit took the binomial batch: on 8
+    # slots, 8 tokens a request, it missed the step times, flagged its own truth as a misfit
+    # and left the cap at [4, inf]; on 32 slots it missed t1 by 30 errors and put the cap at 30
+    kw = {"warmup": 0, "spread": 0.0, "drain": True, "rtt_s": 0.004}
+    parts = [
+        batch_closed_requests([v], 8, T0, T1, 8, default_length("concurrency", v)[0], 7 + v, **kw)
+        for v in [1, 2, 4, 8, 16]
+    ]
+    data = pd.concat(parts, ignore_index=True)
+    assert (data["completion_tokens"] == 8).all()
+    res = fit(data, model="batch")
+    assert res._est.p["in_step"] == 1.0
+    ci = res.conf_int()
+    assert (ci.loc["slots", "lower"], ci.loc["slots", "upper"]) == (8, 8)
+    for name, truth in (("t0_s", T0), ("t1_s", T1)):
+        assert ci.loc[name, "lower"] <= truth <= ci.loc[name, "upper"]
+    assert not any("does not fit" in n or "not identified" in n for n in res.notes)
+    # spread lengths leave the clients in independent phases: hardly any pair stays in step
+    spread = observe(_sweep([1, 4, 16], 8, n=60))
+    assert 0 < _in_step(spread) < 0.01

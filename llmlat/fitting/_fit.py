@@ -55,6 +55,13 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
         fixed["tokens_q"] = obs.tokens_q
         if obs.kind == "rate" and np.isfinite(obs.tokens_cv):  # the wait for a slot
             fixed["tokens_cv"] = obs.tokens_cv
+        if obs.kind == "concurrency":
+            fixed["in_step"] = _in_step(obs)
+            if fixed["in_step"] >= 0.5:
+                notes.append(
+                    f"output lengths equal ({obs.tokens_same:.0%} of request pairs): a closed "
+                    "level's clients decode in step, each request in the whole batch"
+                )
         if not obs.tokens_q:
             notes.append("output-length spread unknown: quantiles assume equal lengths")
         if "gamma" not in model.free:
@@ -88,6 +95,29 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             fixed["think_cv"], note = _think_cv(obs)
             notes.append(note)
     return fixed, notes
+
+
+def _in_step(obs: Observed) -> float:
+    """Return the share of the other clients a closed batching request decodes in step with.
+
+    A closed level's N clients send at once. Two of them stay in step (they end at the same
+    step, so each is away only while the other is: never missing from the other's batch)
+    while each of their requests has had the other's length: after k requests each, with
+    probability q^k, q the share of request pairs of equal length (``tokens_same``). Fixed
+    lengths (q = 1) keep the whole level in step; spread ones (q ~ 0) leave the clients in
+    independent phases. Averaged over a level's n / N requests per client, then over the
+    levels by their requests and the N - 1 others each request meets.
+    """
+    q = obs.tokens_same
+    lv = obs.levels
+    n = lv["n"].to_numpy(dtype=np.float64)
+    clients = lv["level"].to_numpy(dtype=np.float64)
+    weight = n * (clients - 1)
+    if not np.isfinite(q) or q <= 0 or weight.sum() <= 0:
+        return 0.0
+    k = np.fmax(n / clients, 1.0)
+    per = np.ones_like(k) if q >= 1 else q * (1 - q**k) / (k * (1 - q))
+    return float(np.average(per, weights=weight))
 
 
 def _think_cv(obs: Observed) -> tuple[float, str]:
@@ -445,7 +475,10 @@ def fit(
         ``batch`` on streamed requests (``itl_mean_s``, or ``itl_mean_s``/``itl_std_s`` in a
         per-level table) also fits each level's mean inter-token latency, the decode step time
         of its batch (min(N, slots) in a closed loop), with its own error scale: that pins t0,
-        t1 and, at a level whose requests waited for a slot, the slot cap. Each step also
+        t1 and, at a level whose requests waited for a slot, the slot cap. Below the cap a
+        closed level's batch is N less the clients between requests, unless the output
+        lengths are equal (``max_tokens`` with ``ignore_eos``): its clients then end together
+        and are away together, so each request decodes in the whole batch. Each step also
         prefills the requests joining it, b / tokens of them per step in a steady batch of b,
         so ``t1_s`` holds their prefill: t1 + prefill / tokens (the client cannot tell the
         two apart when the prompts are alike). A streamed closed sweep with one client also
@@ -570,7 +603,13 @@ def _batch_observe(
         obs = observe(SimpleNamespace(requests=frame, meta=meta), metric, level_kind, refused)
         # the output length of the run is every request's (each level's own mean stays that
         # of its kept requests, as its latency)
-        obs = replace(obs, tokens=full.tokens, tokens_q=full.tokens_q, tokens_cv=full.tokens_cv)
+        obs = replace(
+            obs,
+            tokens=full.tokens,
+            tokens_q=full.tokens_q,
+            tokens_cv=full.tokens_cv,
+            tokens_same=full.tokens_same,
+        )
         if drained.any():
             obs.notes.append(
                 f"{int(drained.sum())} requests of the levels' drains (sent from the first one "
