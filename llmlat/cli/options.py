@@ -303,7 +303,7 @@ def add_plan_limits(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def plan_limits(args: argparse.Namespace) -> dict[str, float | str]:
+def plan_limits(args: argparse.Namespace) -> dict[str, Any]:
     """Return the per-minute limits given as flags, as :meth:`FitResult.plan` keywords.
 
     Parameters
