@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy.optimize._numdiff import approx_derivative
 
-from llmlat import compare, fit
+from llmlat import compare, datasets, fit
 from llmlat._aggregate import observe, resample
 from llmlat._loadshapes import default_length
 from llmlat._models import MODELS
@@ -373,3 +373,18 @@ def test_fixed_output_lengths_keep_a_closed_levels_clients_in_step():
     # spread lengths leave the clients in independent phases: hardly any pair stays in step
     spread = observe(_sweep([1, 4, 16], 8, n=60))
     assert 0 < _in_step(spread) < 0.01
+
+
+def test_a_cap_left_open_by_the_laws_error_asks_for_step_times_not_higher_levels():
+    # the notebooks' latency-only article sweep (32 slots, a queue of 32, 429s past 64): the
+    # latency law's own error leaves the cap's set open above, which said "no saturation up to
+    # 64; measure at 128 and 256", levels the replica refuses; the step times pin it
+    data = datasets.load("fit-article-batching/sweep")
+    res = fit(data, model="batch")
+    said = res.unidentified["slots"]
+    assert "latency law's own error" in said and "stream the responses" in said
+    assert "no saturation" not in said and "128" not in said
+    lower, upper = res.conf_int().loc["slots"]
+    assert lower <= 32 <= upper
+    asked = res.next_levels()
+    assert set(asked.loc[asked["param"] == "slots", "level"]) <= {16.0, 32.0, 64.0}

@@ -585,7 +585,19 @@ class FitResult:
             label = "slot cap" if m.family == "batch" else "server count c"
             a, b = self._integer_interval(0.05, raw=True)
             above = loads[loads > b]
-            if self._lower_bound:
+            if self._lower_bound and self._law_sets_integer():
+                # the set reaches the search bound through the law's own error, not for want
+                # of saturation: higher levels only add 429s where a queue cap refuses them
+                why = "streamed, its step times pin the cap"
+                rows = [self._ask(m.integer, v, self._measured(v), why) for v in loads[-2:]]
+                out[m.integer] = (
+                    f"{label} not identified: from the latency alone the data only say "
+                    f"{m.integer} >= {a:g}, within the latency law's own error "
+                    f"({_BATCH_MEAN_ERROR:.1%} of a level's mean); stream the responses "
+                    f"(inter-token latency) at {what} {_and(r['level'] for r in rows)}: the step "
+                    "time of a full batch pins the cap"
+                )
+            elif self._lower_bound:
                 why = "until throughput stops growing"
                 rows = [self._ask(m.integer, v, self._length(v), why) for v in (2 * top, 4 * top)]
                 out[m.integer] = (
