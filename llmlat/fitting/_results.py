@@ -13,6 +13,7 @@ from statsmodels.iolib.summary2 import Summary
 from llmlat import queueing
 from llmlat._aggregate import QUANTILES, resample
 from llmlat._models import Model
+from llmlat._notice import and_list as _and
 from llmlat.fitting._estimate import (
     _BATCH_MEAN_ERROR,
     _PLAUSIBLE,
@@ -928,8 +929,7 @@ class FitResult:
         if "cv_s_n" in self._est.p:
             notes[0] += " (the measured service CV's too)"
         if declared:
-            shown = ", ".join(declared[:-1]) + " and " * (len(declared) > 1) + declared[-1]
-            notes.append(f"{shown} as the provider declared (rate-limit headers)")
+            notes.append(f"{_and(declared, 's')} as the provider declared (rate-limit headers)")
         slo_rate, slo_n, slo_ok = np.inf, None, True
         if slo_attainment is not None:
             slo_rate, slo_n, slo_ok, said = attainment_bound(
@@ -1322,12 +1322,6 @@ class FitResult:
     def __repr__(self) -> str:
         ps = self._params_text()
         return f"<FitResult {self.model} ({self.kind}, {self.method}): {ps}; aic={self.aic:.4g}>"
-
-
-def _and(values, fmt: str = "g") -> str:
-    """Join numbers as "1, 2 and 3"."""
-    text = [f"{v:{fmt}}" for v in values]
-    return " and ".join(text) if len(text) < 3 else f"{', '.join(text[:-1])} and {text[-1]}"
 
 
 def _num(value: float) -> str:

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+from llmlat._notice import and_list
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -105,8 +107,7 @@ def _existing(path: Path) -> tuple[str, bool] | None:
         return None
     # every file of the dataset at once: naming one at a time, a user deleting by hand met
     # three refusals in a row (requests, sidecar, attempts)
-    named = ", ".join(found[:-1]) + " and " * (len(found) > 1) + found[-1]
-    return f"{named} exist{'s' * (len(found) == 1)}", False
+    return f"{and_list(found, 's')} exist{'s' * (len(found) == 1)}", False
 
 
 def check_save_path(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
