@@ -34,6 +34,8 @@ from llmlat.fitting._plan import (
     per_minute_limits,
 )
 
+#: What leaves a latency-only batch fit's slot set open (:meth:`FitResult._law_sets_integer`).
+_LAW_ERROR = f"the latency law's own error ({_BATCH_MEAN_ERROR:.1%} of a level's mean)"
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
 _WIDEST = 100.0
 
@@ -518,14 +520,12 @@ class FitResult:
             # more requests narrow the sampling error, not the law's: the step times pin it
             loads = lv["level"].to_numpy(dtype=np.float64)
             past = loads[loads >= a]
-            why = "streamed, its step times pin the cap"
-            rows = [self._ask(m.integer, v, self._measured(v), why) for v in past]
+            rows = self._ask_streamed(m.integer, past)
             plural = "s" if len(rows) > 1 else ""
             how = (
                 f"stream the responses (inter-token latency) at the level{plural} "
                 f"{_and(r['level'] for r in rows)}, as long as measured: more requests narrow "
-                f"these {servers} only to what the latency law's own error "
-                f"({_BATCH_MEAN_ERROR:.1%} of a level's mean) allows"
+                f"these {servers} only to what {_LAW_ERROR} allows"
             )
         else:
             loads = lv["level"].to_numpy(dtype=np.float64)
@@ -558,6 +558,11 @@ class FitResult:
             f"levels do not pin it to one value; to pin it, {how}"
         ]
 
+    def _ask_streamed(self, param: str, levels: np.ndarray) -> list[dict]:
+        """Return advice rows to stream these levels, as long as measured (the law's error)."""
+        why = "streamed, its step times pin the cap"
+        return [self._ask(param, v, self._measured(v), why) for v in levels]
+
     def _law_sets_integer(self) -> bool:
         """Whether the law's own error, not the residuals, sets the integer's set.
 
@@ -589,12 +594,10 @@ class FitResult:
             if self._lower_bound and self._law_sets_integer():
                 # the set reaches the search bound through the law's own error, not for want
                 # of saturation: higher levels only add 429s where a queue cap refuses them
-                why = "streamed, its step times pin the cap"
-                rows = [self._ask(m.integer, v, self._measured(v), why) for v in loads[-2:]]
+                rows = self._ask_streamed(m.integer, loads[-2:])
                 out[m.integer] = (
                     f"{label} not identified: from the latency alone the data only say "
-                    f"{m.integer} >= {a:g}, within the latency law's own error "
-                    f"({_BATCH_MEAN_ERROR:.1%} of a level's mean); stream the responses "
+                    f"{m.integer} >= {a:g}, within {_LAW_ERROR}; stream the responses "
                     f"(inter-token latency) at {what} {_and(r['level'] for r in rows)}: the step "
                     "time of a full batch pins the cap"
                 )
