@@ -62,7 +62,7 @@ test-py313:
 	@echo "python3.13 not found: magic tests on 3.13 skipped"
 else
 test-py313: .venv313/.stamp-test
-	.venv313/bin/python -m pytest -m "magics and not analysis" -p no:cacheprovider
+	.venv313/bin/python -m pytest -m py313 -p no:cacheprovider
 endif
 
 # A real server beyond the simulator: llama-cpp-python's OpenAI-compatible server with Gemma 3 270M

@@ -41,7 +41,7 @@ from llmlat._adaptive import AdaptiveSearch
 from llmlat._apis import cacheable_system, make_payload
 from llmlat._client import Client, FailFast, list_models
 from llmlat._fdlimit import ensure_open_files
-from llmlat._loadshapes import LevelPlan
+from llmlat._loadshapes import DEFAULT_LENGTH_TEXT, LevelPlan
 from llmlat._loop import call_in_loop, loop_factory, run_coroutine, stop_signals_in_force
 from llmlat._notice import notice
 from llmlat._redact import redact_url
@@ -111,7 +111,7 @@ class Sweeper:
         if short:
             warnings.warn(
                 f"requests={cfg.requests} is below concurrency {short}: those levels never have "
-                "that many requests in flight (the default is max(20, 5 * concurrency))",
+                f"that many requests in flight (the default is {DEFAULT_LENGTH_TEXT})",
                 stacklevel=3,
             )
         cfg.target().api_key()  # the named variable must be set (the key itself is not kept)

@@ -324,6 +324,11 @@ OPEN_ARRIVALS = 1000
 #: A closed-loop level's default requests: at least this many, and this many per client.
 CLOSED_REQUESTS = 100
 CLOSED_ROUNDS = 10
+#: The default level length in words, for help texts and warnings.
+DEFAULT_LENGTH_TEXT = (
+    f"max({CLOSED_REQUESTS}, {CLOSED_ROUNDS} N) requests closed loop, "
+    f"max(10 s, {OPEN_ARRIVALS} / rate) open loop"
+)
 
 
 def default_length(kind: str, value: float) -> tuple[int | None, float | None]:

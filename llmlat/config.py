@@ -44,7 +44,7 @@ import numpy as np
 
 from llmlat._apis import API_NAMES
 from llmlat._client import Failover, RetryPolicy, Target
-from llmlat._loadshapes import ARRIVALS, LevelPlan, plan_levels
+from llmlat._loadshapes import ARRIVALS, DEFAULT_LENGTH_TEXT, LevelPlan, plan_levels
 from llmlat._redact import redact_url
 from llmlat._traces import read_trace
 from llmlat._transport import TRANSPORTS  # the values of SweepConfig.transport
@@ -319,7 +319,7 @@ class SweepConfig:
     requests: int | Sequence[int] | None = _option(
         None,
         "Measured requests per level, after the warmup (default: enough for a steady state: "
-        "max(20, 5 N) closed loop).",
+        f"{DEFAULT_LENGTH_TEXT}).",
         group="length",
         kind=int,
         metavar="N[,N,...]",

@@ -214,8 +214,13 @@ def test_auto_sweep_against_the_simulator(tmp_path):
     assert 0.8 < meta["knee"] < 4  # 2 servers
     assert meta["placed_around"] == "knee" and meta["plateau_start"] is None  # not batching
     assert llmlat.read(out).meta["adaptive"] == meta
-    fit = llmlat.fit(result, model="mmc")  # an ordinary sweep to the fitting code
-    assert 1 <= fit.params["c"] <= 4
+    # an ordinary sweep to the fitting code: every level fitted, the capacity where the
+    # throughput levelled off. Not c itself: the client's turnaround shares this loop with the
+    # simulator, and on a loaded machine it reads as more, slower servers (c 5 for 2 once)
+    fit = llmlat.fit(result, model="mmc")
+    assert sorted(fit.levels.index) == levels
+    top = result.summary()["throughput_rps"].max()
+    assert 0.75 * top < fit.capacity_rps < 1.5 * top
 
 
 def test_auto_rate_against_the_simulator():

@@ -177,10 +177,12 @@ def test_adaptive_sweep_finds_the_one_slot(llama_url):
 
 def test_goodput_and_slo_attainment(llama_url, streamed):
     # one request decoded at a time: at 3 in flight a request waits for about two others, so an
-    # SLO of 1.6x the latency alone is met at 1 in flight and mostly missed at 3
+    # SLO of 1.6x the latency alone is met at 1 in flight and mostly missed at 3; 16 requests a
+    # level, so that the light level's interval clears a 60% target with up to two slow ones
+    # (with 8, one slow request on a busy machine left it below: 7/8 is [47%, 100%])
     alone = streamed.requests.query("phase == 'measure' and level == 1")["latency_s"].median()
     bound = 1.6 * float(alone)
-    res = _sweep(llama_url, concurrency=[1, 3], requests=8, slo={"latency_s": bound})
+    res = _sweep(llama_url, concurrency=[1, 3], requests=16, slo={"latency_s": bound})
     req = res.requests
     assert req["meets_slo"].tolist() == (req["ok"] & (req["latency_s"] <= bound)).tolist()
     table = res.summary().set_index("level")

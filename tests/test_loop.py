@@ -17,7 +17,7 @@ import pytest
 from llmlat import _loop
 from llmlat._loop import run_coroutine
 
-pytestmark = pytest.mark.magics
+pytestmark = pytest.mark.py313
 
 uvloop = pytest.importorskip("uvloop")
 

@@ -27,8 +27,6 @@ from IPython.core.interactiveshell import InteractiveShell
 import llmlat
 from llmlat._ipython import LLMMagics, LLMSweep
 
-pytestmark = pytest.mark.magics
-
 # a fast replica: a request alone takes about 8 steps of 2.5 ms
 FAST_SIM = "--preset article --t0-s 0.002 --t1-s 0.0005 --output-tokens 8 --seed 3"
 SENTINEL_KEY = "sk-llmlat-sentinel-3f9a1c77d2"
@@ -81,6 +79,7 @@ def _captured(fn, *args):
 # ---------------------------------------------------------------- loading
 
 
+@pytest.mark.py313
 def test_load_unload_reload() -> None:
     ip = InteractiveShell.instance()
     was_loaded = "llmlat" in ip.extension_manager.loaded
@@ -159,6 +158,7 @@ def test_llmsim_on_a_taken_port(ip: InteractiveShell) -> None:
 # ---------------------------------------------------------------- %%llmsweep
 
 
+@pytest.mark.py313
 def test_sweep_returns_the_result_shown_as_the_compact_table(
     ip: InteractiveShell, sim: str
 ) -> None:
@@ -194,6 +194,7 @@ def test_trailing_semicolon_silences(ip: InteractiveShell, sim: str, line: str, 
     assert len(ip.user_ns["quiet_res"].requests) == 2
 
 
+@pytest.mark.py313
 def test_progress_bar(ip: InteractiveShell, sim: str) -> None:
     _, _, err = _captured(ip.run_cell_magic, "llmsweep", "-c 2 -n 6", "hi")
     assert "N=2" in err and "6/6" in err and "ok 100%" in err  # level, done/total, ok rate
@@ -478,6 +479,7 @@ def test_a_url_list_with_nothing_listening_is_a_usage_error(ip: InteractiveShell
     assert all(url.removeprefix("http://") in str(info.value) for url in down)
 
 
+@pytest.mark.py313
 def test_magic_from_a_plain_thread(ip: InteractiveShell, sim: str) -> None:
     box: dict[str, object] = {}
 
@@ -546,6 +548,7 @@ def _run_python(code: str, timeout: float = 180) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.mark.py313
 @pytest.mark.parametrize("uvloop", [False, True], ids=["asyncio-loop", "uvloop"])
 def test_magic_inside_a_running_loop(uvloop: bool) -> None:
     proc = _run_python(_IN_LOOP.format(sim=FAST_SIM, uvloop=uvloop))
@@ -596,6 +599,7 @@ ip.run_line_magic("llmsim", "stop")
 """
 
 
+@pytest.mark.py313
 @pytest.mark.parametrize("nested", [False, True], ids=["no-loop", "in-running-loop"])
 def test_sigint_mid_sweep_keeps_and_saves_the_partial_result(nested: bool, tmp_path: Path) -> None:
     save = tmp_path / "partial.parquet"
@@ -620,6 +624,7 @@ def test_sigint_mid_sweep_keeps_and_saves_the_partial_result(nested: bool, tmp_p
 # ---------------------------------------------------------------- %llmfit
 
 
+@pytest.mark.py313
 def test_llmfit_fits_stores_and_compares(ip: InteractiveShell) -> None:
     from llmlat._synth import mmc_closed_requests
 

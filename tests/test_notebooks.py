@@ -17,12 +17,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.magics
-
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 # the quickstart exercises the extension; the analysis notebooks (minutes of sweeps) add no
-# IPython coverage, so the Python 3.13 rerun (-m magics) skips them
-ANALYSIS = [p for p in NOTEBOOKS if not p.stem.startswith("01-")]
+# IPython coverage, so the Python 3.13 rerun (-m py313) skips them
+QUICKSTART = [p for p in NOTEBOOKS if p.stem.startswith("01-")]
 
 
 @pytest.fixture
@@ -42,7 +40,7 @@ def test_the_quickstart_exists() -> None:
 
 
 _NOTEBOOK_PARAMS = [
-    pytest.param(p, marks=pytest.mark.analysis if p in ANALYSIS else (), id=p.stem)
+    pytest.param(p, marks=pytest.mark.py313 if p in QUICKSTART else (), id=p.stem)
     for p in NOTEBOOKS
 ]
 
@@ -99,6 +97,7 @@ def _received(url: str) -> int:
         return len(json.load(response))
 
 
+@pytest.mark.py313
 def test_kernel_interrupt_keeps_and_saves_the_partial_result(kernel: Any, tmp_path: Path) -> None:
     km, client = kernel
     reply, _ = _run(
@@ -146,6 +145,7 @@ def test_kernel_interrupt_keeps_and_saves_the_partial_result(kernel: Any, tmp_pa
     assert _stream(messages, "stdout").strip().splitlines()[-1] == "[4]"
 
 
+@pytest.mark.py313
 def test_top_level_await_needs_no_patching(kernel: Any) -> None:
     _, client = kernel
     messages = _run_ok(
@@ -159,6 +159,7 @@ def test_top_level_await_needs_no_patching(kernel: Any) -> None:
     assert _stream(messages, "stdout").split() == ["4", "True", "False"]
 
 
+@pytest.mark.py313
 def test_progress_bar_in_a_kernel_without_ipywidgets_warns_nothing(kernel: Any) -> None:
     _, client = kernel
     messages = _run_ok(
