@@ -20,13 +20,13 @@ PYTEST_WORKERS ?= 2
 
 $(VENV)/.stamp-base: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.11"; exit 1; }
-	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(VENV)/bin/pip || $(PYTHON) -m venv --clear $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[fast]'
 	@touch $@
 
 $(VENV)/.stamp-test: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.11"; exit 1; }
-	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(VENV)/bin/pip || $(PYTHON) -m venv --clear $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) -e '.[test,fast,ray]'
 	@touch $@ $(VENV)/.stamp-base
 
@@ -53,7 +53,7 @@ test-main: $(VENV)/.stamp-test
 # installed again only when pyproject.toml changes, as the main venv; after it, not beside it
 # (two editable installs of one checkout would write its llmlat.egg-info at once)
 .venv313/.stamp-test: pyproject.toml | $(VENV)/.stamp-test
-	@test -x .venv313/bin/python || $(PY313) -m venv .venv313
+	@test -x .venv313/bin/pip || $(PY313) -m venv --clear .venv313
 	.venv313/bin/pip install $(PIP_FLAGS) -e '.[test]'
 	@touch $@
 
@@ -76,7 +76,7 @@ LLAMA_MODEL := $(LLAMA_VENV)/gemma-3-270m-q4_k_m.gguf
 
 $(LLAMA_VENV)/.stamp:
 	@test -n "$(PYTHON)" || { echo "need Python >= 3.11"; exit 1; }
-	@test -x $(LLAMA_VENV)/bin/python || $(PYTHON) -m venv $(LLAMA_VENV)
+	@test -x $(LLAMA_VENV)/bin/pip || $(PYTHON) -m venv --clear $(LLAMA_VENV)
 	@ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
 	  echo "building llama-cpp-python $(LLAMA_VERSION) once (10-20 min) into $(LLAMA_WHEELS)"; \
 	  CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \

@@ -151,7 +151,7 @@ def test_batch_bootstrap_interval_is_seeded(batch_data):
     b = res.conf_int(method="bootstrap", n_boot=20, seed=3)
     pd.testing.assert_frame_equal(a, b)
     assert a.loc["slots", "lower"] <= res.params["slots"] <= a.loc["slots", "upper"]
-    # join_steps lands on its bound, the truth (one whole step): no interval, by design
+    # every identified parameter's interval is ordered (join_steps on its end, one whole step)
     assert (a["lower"] <= a["upper"]).drop(index=list(res.unidentified)).all()
 
 

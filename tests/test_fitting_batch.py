@@ -388,3 +388,27 @@ def test_a_cap_left_open_by_the_laws_error_asks_for_step_times_not_higher_levels
     assert lower <= 32 <= upper
     asked = res.next_levels()
     assert set(asked.loc[asked["param"] == "slots", "level"]) <= {16.0, 32.0, 64.0}
+
+
+@pytest.mark.parametrize("join_steps", [1, 0])
+def test_a_join_wait_on_an_end_of_its_range_gets_a_one_sided_interval(join_steps):
+    # a request joins the batch one whole step after it arrives (the simulator behind HTTP) or
+    # at once: the estimate sits on that end of the range, where the likelihood has no
+    # curvature. It was reported "not identified" with advice to stream what was streamed; its
+    # profile interval now reaches in from that end, and holds the truth (in 20 of 20 seeds of
+    # 8 and of 32 slots each way: the closing note of issue 10)
+    res = fit(_sweep([1, 2, 4, 8, 16], 8, n=None, seed=4, join_steps=join_steps), model="batch")
+    assert res.params["slots"] == 8 and "join_steps" not in res.unidentified
+    end = 1.0 if join_steps else 0.001
+    assert res.params["join_steps"] == pytest.approx(end, rel=1e-3)
+    lower, upper = res.conf_int().loc["join_steps"]
+    assert lower * (1 - 1e-9) <= end <= upper * (1 + 1e-9)  # the range's end, up to exp(log)
+    inner = lower if join_steps else upper  # the interval's end the data set
+    assert 0.5 < inner < 1 if join_steps else 0.001 < inner < 0.5
+    assert not any(r["param"] == "join_steps" for _, r in res.next_levels().iterrows())
+    text = res.summary().as_text()
+    assert "one-sided" in text and "join_steps not identified" not in text
+    assert any(n.startswith(f"join_steps = {end:.3g} sits on an end") for n in res.notes)
+    # the plan's slow end: one whole step, whatever the estimate
+    slow = res._pessimistic()
+    assert all(p["join_steps"] == pytest.approx(upper) for p in slow)

@@ -80,6 +80,8 @@ class _Problem:
 
     def __init__(self, model: Model, obs: Observed, method: str, stat: str, fixed: dict):
         self.model, self.method, self.stat, self.fixed = model, method, stat, fixed
+        #: (index, log value) of a free parameter held by :meth:`held`, else None
+        self._held: tuple[int, float] | None = None
         #: least squares: the least quasi-likelihood scale (:func:`_lack_of_fit`); 1 keeps the
         #: level means' own errors
         self.phi_floor = 1.0
@@ -454,6 +456,19 @@ class _Problem:
         other = self._optimise_from(k, default, 4.0, xatol)
         return (theta, llf) if llf >= other[1] else other[:2]
 
+    def held(self, k: int | None, start: np.ndarray, i: int, value: float):
+        """Optimise at integer ``k`` with free parameter ``i`` held at ``value`` (log scale).
+
+        A point of that parameter's profile: ``(theta, llf)``. The block weights are the
+        fit's again afterwards.
+        """
+        weight = self._weight
+        self._held = (i, value)
+        try:
+            return self._optimise_from(k, start.copy(), 4.0, 1e-6)[:2]
+        finally:
+            self._held, self._weight = None, weight
+
     def _bounds(self, k: int | None, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Box on the log-scale parameters: stability of an open queue, a sane think time."""
         lower, upper = np.full(n, -np.inf), np.full(n, np.inf)
@@ -473,6 +488,9 @@ class _Problem:
             means = self.obs.levels["mean_s"]
             lower[i] = np.log(1e-4 * float(np.nanmin(means)))
             upper[i] = np.log(1e3 * float(np.nanmax(means)))
+        if self._held is not None:  # a box a hair wide: least_squares wants lower < upper
+            i, value = self._held
+            lower[i], upper[i] = value - 1e-5, value + 1e-5
         return lower, upper
 
     def _memo(self, k: int | None, lower: np.ndarray, upper: np.ndarray) -> dict:

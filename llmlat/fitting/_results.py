@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
 from statsmodels.iolib.summary2 import Summary
 
 from llmlat import queueing
@@ -38,6 +39,13 @@ from llmlat.fitting._plan import (
 _LAW_ERROR = f"the latency law's own error ({_BATCH_MEAN_ERROR:.1%} of a level's mean)"
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
 _WIDEST = 100.0
+#: Parameters whose range ends mean something, with what: an estimate on one of them gets a
+#: one-sided profile-likelihood interval, not "not identified" (other ranges end at search
+#: limits).
+_PHYSICAL_ENDS = {
+    "join_steps": "a request that arrives mid-step joins the batch at once (0) or one whole "
+    "decode step later (1)",
+}
 
 #: Step times (ITL) whose residuals exceed their errors this many times over (rms) miss the batch
 #: model: the slot cap then rests on the latency alone and is not presented as identified. The
@@ -158,6 +166,7 @@ class FitResult:
         self.profile = pd.Series(est.profile, name="llf", dtype=np.float64)
         self.profile.index.name = m.integer
         self._lower_bound = False
+        self._ends: dict[float, dict[str, tuple[float, float]]] = {}  # by alpha: _ranged
         if m.integer:
             hi = m.int_range(pr.obs)[1]
             self._lower_bound = bool(hi in self._integer_set(0.05))
@@ -169,6 +178,7 @@ class FitResult:
         self.unidentified = self._identification()
         self.notes.extend(self.unidentified.values())
         self.notes.extend(self._integer_spread())
+        self.notes.extend(self._end_notes())
         self.levels = self._levels_table()
 
     # -- per-level view -------------------------------------------------------------------
@@ -271,7 +281,9 @@ class FitResult:
             ``asymptotic`` (and ``auto``, the one :meth:`summary` shows): Wald intervals on
             the log scale from the correlation-weighted likelihood (so they stay positive),
             widened to span the optimum at every integer inside the integer's interval, which
-            is the profile-likelihood set. ``bootstrap``: a moving-block bootstrap of each
+            is the profile-likelihood set; for a parameter whose range has meaningful ends
+            (``join_steps``, from 0 to 1 decode step), the profile-likelihood interval, one-sided
+            when its estimate sits on an end. ``bootstrap``: a moving-block bootstrap of each
             level's requests in order, refit, percentiles.
         n_boot : int, default 100
             Bootstrap replicates.
@@ -326,6 +338,8 @@ class FitResult:
                     float(np.exp(max(low[i] - z * se[i], lo[i]))),
                     float(np.exp(min(high[i] + z * se[i], hi[i]))),
                 )
+        # one with a physical range: its profile interval (no curvature on an end)
+        rows.update(self._ranged(alpha))
         return rows
 
     def _quantile(self, prob: float) -> float:
@@ -467,13 +481,74 @@ class FitResult:
 
         Least squares: the F statistic of :meth:`_integer_set` instead.
         """
-        prof, est = self.profile, self._est
+        prof = self.profile
+        return self._drop_statistic(prof.max() - prof, self._problem.phi_integer)
+
+    def _drop_statistic(self, drop: Any, phi_floor: float = 1.0) -> Any:
+        """Return a log-likelihood drop as a test statistic.
+
+        Twice the drop (chi-square), or under least squares the F statistic of the residual sum
+        of squares' increase (:meth:`_integer_set`), its scale at least ``phi_floor``.
+        """
+        est = self._est
         if est.dof is None:
-            return 2 * (prof.max() - prof)
+            return 2 * drop
         n = len(self._problem.se)
         rss_best = float(np.exp(2 * est.theta[-1])) * n
-        phi = max(est.phi, self._problem.phi_integer)
-        return rss_best * np.expm1(2 * (prof.max() - prof) / n) / phi
+        return rss_best * np.expm1(2 * drop / n) / max(est.phi, phi_floor)
+
+    def _ranged(self, alpha: float) -> dict[str, tuple[float, float]]:
+        """Profile-likelihood intervals of the parameters of :data:`_PHYSICAL_ENDS`.
+
+        Such a parameter often sits on an end of its range, where the likelihood has no
+        curvature (no Wald interval): each end of its interval is where, held ever further
+        from the estimate (the others refitted, the integer at its estimate, each point
+        started from the last), the drop statistic reaches the ``1 - alpha`` cut of
+        chi-square or F on one degree of freedom; the range's end when it never does. That
+        cut holds the truth in at least ``1 - alpha`` of fits, on an end (where the statistic
+        is 0 half the time) or inside. Computed once per ``alpha``.
+        """
+        if alpha in self._ends:
+            return self._ends[alpha]
+        m, pr, est = self._model, self._problem, self._est
+        lo, hi = pr._bounds(est.k, len(est.theta))
+        start = est.theta if est.k is None else est.thetas.get(est.k, est.theta)
+        best = float(self.profile.max()) if len(self.profile) else est.llf
+        dof = est.dof
+        cut = stats.chi2.ppf(1 - alpha, 1) if dof is None else stats.f.ppf(1 - alpha, 1, dof)
+        out = {}
+        for i, name in enumerate(m.free):
+            if name not in _PHYSICAL_ENDS:
+                continue
+            th = float(est.theta[i])
+            limits = []
+            for end in (lo[i], hi[i]):
+                here, theta, limit = th, start, end
+                # six steps to the end, each from the last; the crossing to 1% of the value
+                for v in np.linspace(th, end, 7)[1:] if abs(end - th) > 1e-3 else ():
+                    point, llf = pr.held(est.k, theta, i, v)
+                    if self._drop_statistic(best - llf) > cut:
+                        limit = optimize.brentq(
+                            lambda x, t=theta, i=i: (
+                                self._drop_statistic(best - pr.held(est.k, t, i, x)[1]) - cut
+                            ),
+                            here,
+                            v,
+                            xtol=0.01,
+                        )
+                        break
+                    here, theta = v, point
+                limits.append(float(np.exp(limit)))
+            out[name] = (limits[0], limits[1])
+        self._ends[alpha] = out
+        return out
+
+    def _on_end(self, name: str) -> bool:
+        """Whether a parameter's estimate sits on an end of its range."""
+        i = self._model.free.index(name)
+        lo, hi = self._problem._bounds(self._est.k, len(self._est.theta))
+        th = self._est.theta[i]
+        return bool(min(th - lo[i], hi[i] - th) < 1e-3)
 
     def _integer_spread(self) -> list[str]:
         """Return a note when the integer is identified but its 95% set holds several values.
@@ -580,7 +655,8 @@ class FitResult:
         requests clearly waited for a slot: its inter-token latency is then the step time of a
         full batch, which pins the cap). A continuous parameter is not identified when it sits
         at the edge of its search range, the likelihood has no curvature in it, or its 95%
-        interval spans a factor of more than :data:`_WIDEST`.
+        interval spans a factor of more than :data:`_WIDEST`; one of :data:`_PHYSICAL_ENDS`
+        when its profile interval spans its whole range.
         """
         m, pr = self._model, self._problem
         out: dict[str, str] = {}
@@ -635,7 +711,12 @@ class FitResult:
         wald = self._wald(0.05)
         for i, name in enumerate(m.free):
             lower, upper = wald[name]
-            if min(th[i] - lo[i], hi[i] - th[i]) < 1e-3:
+            if name in _PHYSICAL_ENDS:
+                a, b = self._ranged(0.05)[name]
+                if not np.allclose(np.log([a, b]), (lo[i], hi[i])):
+                    continue
+                why = f"the data allow every value of its range ({a:.3g} to {b:.3g})"
+            elif min(th[i] - lo[i], hi[i] - th[i]) < 1e-3:
                 why = f"at the edge of its search range ({np.exp(th[i]):.3g})"
             elif not np.isfinite(se[i]):
                 why = "the likelihood is flat in it"
@@ -650,6 +731,16 @@ class FitResult:
                 continue
             out[name] = f"{name} not identified: {why}; {self._next_for(name, se[i])}"
         return out
+
+    def _end_notes(self) -> list[str]:
+        """Say which parameters sit on an end of their range, with their one-sided interval."""
+        return [
+            f"{name} = {self.params[name]:.3g} sits on an end of its range "
+            f"({_PHYSICAL_ENDS[name]}): its 95% interval [{a:.3g}, {b:.3g}] is one-sided, "
+            "from the profile likelihood"
+            for name, (a, b) in self._ranged(0.05).items()
+            if name not in self.unidentified and self._on_end(name)
+        ]
 
     def _next_for(self, name: str, se_log: float) -> str:
         """Say what would pin a continuous parameter, adding its row to :meth:`next_levels`.
@@ -1082,9 +1173,13 @@ class FitResult:
         if m.integer:
             a, b = self._integer_interval(1 - confidence)
             centres.update({j: v[:nfree] for j, v in est.thetas.items() if a <= j <= b})
+        # one with a physical range: the slow end of its profile interval
+        ranged = {m.free.index(n): v for n, v in self._ranged(1 - confidence).items()}
         out = []
         for k, th in centres.items():
             shifted = np.clip(th + z * slower * se, lo[:nfree], hi[:nfree])
+            for i, (a, b) in ranged.items():
+                shifted[i] = np.log(b if slower[i] > 0 else a)
             out.append(self._problem.params(np.append(shifted, est.theta[nfree:]), k))
         if "cv_s_n" not in est.p:
             return out
@@ -1309,7 +1404,12 @@ class FitResult:
         for name, value in self.params.items():
             lower, upper = ci.loc[name]
             # the integer's interval is its profile-likelihood set, not +- z se
-            se = "profile" if name == self._model.integer else _num(self.bse[name])
+            if name == self._model.integer:
+                se = "profile"
+            elif name in _PHYSICAL_ENDS:  # no curvature on an end of the range
+                se = "one-sided" if self._on_end(name) else "profile"
+            else:
+                se = _num(self.bse[name])
             coef = "not identified" if name in self.unidentified else _num(value)
             rows[name] = [coef, "" if name in self.unidentified else se, _num(lower), _num(upper)]
         cols = ["coef", "std err", f"[{alpha / 2:g}", f"{1 - alpha / 2:g}]"]
