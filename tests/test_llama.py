@@ -169,7 +169,13 @@ def test_adaptive_sweep_finds_the_one_slot(llama_url):
     res = _sweep(llama_url, concurrency="auto", requests=8, max_concurrency=4)
     auto = res.meta["adaptive"]
     assert res.requests["ok"].all()
-    assert auto["stopped_by"] == "throughput" and auto["growth_levels"][:3] == [1, 2, 4]
+    assert auto["growth_levels"][:3] == [1, 2, 4]
+    # two levels in a row not above the best stop the growth; when N = 2 still gains (its
+    # requests' HTTP and prompt overlap the other's decoding: +16% in one CI run), the limit
+    # comes first, and says that throughput stopped growing
+    assert auto["stopped_by"] == "throughput" or (
+        auto["stopped_by"] == "limit" and "throughput not above N = 2's" in auto["stop_detail"]
+    )
     assert 0.6 < auto["knee"] < 1.6
     assert sorted(res.meta["levels"]) == sorted(res.requests["level"].unique())
     assert llmlat.fit(res, model="mmc").params["c"] == 1

@@ -501,15 +501,16 @@ class FitResult:
         """Profile-likelihood intervals of the parameters of :data:`_PHYSICAL_ENDS`.
 
         Such a parameter often sits on an end of its range, where the likelihood has no
-        curvature (no Wald interval): each end of its interval is where, held ever further
-        from the estimate (the others refitted, the integer at its estimate, each point
-        started from the last), the drop statistic reaches the ``1 - alpha`` cut of
-        chi-square or F on one degree of freedom; the range's end when it never does. That
-        cut holds the truth in at least ``1 - alpha`` of fits, on an end (where the statistic
-        is 0 half the time) or inside. Computed once per ``alpha``.
+        curvature (no Wald interval): each end of its interval is where, held away from the
+        estimate (the others refitted from it, the integer at its estimate), the drop
+        statistic reaches the ``1 - alpha`` cut of chi-square or F on one degree of freedom;
+        the range's end when it does not reach it there. That cut holds the truth in at least
+        ``1 - alpha`` of fits, on an end (where the statistic is 0 half the time) or inside.
+        Computed once per ``alpha``.
         """
-        if alpha in self._ends:
-            return self._ends[alpha]
+        key = round(alpha, 9)  # 1 - 0.95 is not 0.05
+        if key in self._ends:
+            return self._ends[key]
         m, pr, est = self._model, self._problem, self._est
         lo, hi = pr._bounds(est.k, len(est.theta))
         start = est.theta if est.k is None else est.thetas.get(est.k, est.theta)
@@ -521,26 +522,22 @@ class FitResult:
             if name not in _PHYSICAL_ENDS:
                 continue
             th = float(est.theta[i])
+            seen: dict[float, float] = {}  # brentq asks for the range's end again
+
+            def excess(v: float, i: int = i, seen: dict = seen) -> float:
+                if v not in seen:
+                    drop = best - pr.held(est.k, start, i, v)[1]
+                    seen[v] = float(self._drop_statistic(drop)) - cut
+                return seen[v]
+
             limits = []
             for end in (lo[i], hi[i]):
-                here, theta, limit = th, start, end
-                # six steps to the end, each from the last; the crossing to 1% of the value
-                for v in np.linspace(th, end, 7)[1:] if abs(end - th) > 1e-3 else ():
-                    point, llf = pr.held(est.k, theta, i, v)
-                    if self._drop_statistic(best - llf) > cut:
-                        limit = optimize.brentq(
-                            lambda x, t=theta, i=i: (
-                                self._drop_statistic(best - pr.held(est.k, t, i, x)[1]) - cut
-                            ),
-                            here,
-                            v,
-                            xtol=0.01,
-                        )
-                        break
-                    here, theta = v, point
-                limits.append(float(np.exp(limit)))
-            out[name] = (limits[0], limits[1])
-        self._ends[alpha] = out
+                # the range's end first (one refit where the data allow it all, as on the
+                # latency-only tables), then the crossing, to 1% of the value
+                inside = abs(end - th) < 1e-3 or not excess(end) > 0
+                limits.append(end if inside else optimize.brentq(excess, th, end, xtol=0.01))
+            out[name] = (float(np.exp(limits[0])), float(np.exp(limits[1])))
+        self._ends[key] = out
         return out
 
     def _on_end(self, name: str) -> bool:
