@@ -39,9 +39,9 @@ from llmlat.fitting._plan import (
 _LAW_ERROR = f"the latency law's own error ({_BATCH_MEAN_ERROR:.1%} of a level's mean)"
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
 _WIDEST = 100.0
-#: Parameters whose range ends mean something, with what: an estimate on one of them gets a
-#: one-sided profile-likelihood interval, not "not identified" (other ranges end at search
-#: limits).
+#: Parameters whose range ends mean something, with what: their interval is the profile
+#: likelihood's, one-sided when the estimate sits on an end, where the likelihood has no
+#: curvature (other ranges end at search limits: an estimate there is "not identified").
 _PHYSICAL_ENDS = {
     "join_steps": "a request that arrives mid-step joins the batch at once (0) or one whole "
     "decode step later (1)",
@@ -713,7 +713,7 @@ class FitResult:
                 if not np.allclose(np.log([a, b]), (lo[i], hi[i])):
                     continue
                 why = f"the data allow every value of its range ({a:.3g} to {b:.3g})"
-            elif min(th[i] - lo[i], hi[i] - th[i]) < 1e-3:
+            elif self._on_end(name):
                 why = f"at the edge of its search range ({np.exp(th[i]):.3g})"
             elif not np.isfinite(se[i]):
                 why = "the likelihood is flat in it"
