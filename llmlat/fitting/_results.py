@@ -39,6 +39,8 @@ from llmlat.fitting._plan import (
 _LAW_ERROR = f"the latency law's own error ({_BATCH_MEAN_ERROR:.1%} of a level's mean)"
 #: A continuous parameter whose 95% interval spans more than this factor is not identified.
 _WIDEST = 100.0
+#: An estimate this close to an end of its range (log scale) sits on it.
+_ON_END = 1e-3
 #: Parameters whose range ends mean something, with what: their interval is the profile
 #: likelihood's, one-sided when the estimate sits on an end, where the likelihood has no
 #: curvature (other ranges end at search limits: an estimate there is "not identified").
@@ -534,7 +536,7 @@ class FitResult:
             for end in (lo[i], hi[i]):
                 # the range's end first (one refit where the data allow it all, as on the
                 # latency-only tables), then the crossing, to 1% of the value
-                inside = abs(end - th) < 1e-3 or not excess(end) > 0
+                inside = abs(end - th) < _ON_END or not excess(end) > 0
                 limits.append(end if inside else optimize.brentq(excess, th, end, xtol=0.01))
             out[name] = (float(np.exp(limits[0])), float(np.exp(limits[1])))
         self._ends[key] = out
@@ -545,7 +547,7 @@ class FitResult:
         i = self._model.free.index(name)
         lo, hi = self._problem._bounds(self._est.k, len(self._est.theta))
         th = self._est.theta[i]
-        return bool(min(th - lo[i], hi[i] - th) < 1e-3)
+        return bool(min(th - lo[i], hi[i] - th) < _ON_END)
 
     def _integer_spread(self) -> list[str]:
         """Return a note when the integer is identified but its 95% set holds several values.
