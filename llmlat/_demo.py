@@ -20,14 +20,21 @@ DEMO_LEVELS = (1, 2, 5, 10, 20, 50, 100)
 # so the fit can find the cap, and requests a quarter as long (see run_demo)
 _QUICK_LEVELS = (1, 4, 16, 40, 64)
 _QUICK_OUTPUT_TOKENS = 8
+# the full demo's longest level: level 100, past the replica's 64-request limit, is left out of
+# the fit for its 429s and only has to show them; the cap keeps the demo near 3 minutes
+_MAX_REQUESTS = 300
 
 
 def _requests_per_level(level: int, quick: bool) -> int:
-    # the summary's steady check wants n >= max(20, 3N) measured requests (llmlat._summary),
-    # the first N of them the start-up transient: every demo level passes it
-    if quick:
-        return level + max(20, 3 * level)
-    return max(20, 2 * level) + (level if level > 1 else 0)
+    # the start-up transient (the first N), then the max(20, 3N) steady requests that the
+    # summary's steady check wants (llmlat._summary); the full demo adds N more for the drain,
+    # the last requests sent, which the batch fit leaves out as the batch shrinks. Without them
+    # level 10 kept 5 requests, and the fit warned that the batch model did not fit (chi-square
+    # 92 on 8 df, join_steps' interval missing the simulator's one step)
+    steady = level + max(20, 3 * level)
+    if quick:  # short enough for tests; its fit still holds the truth, slots 32..33 a set
+        return steady
+    return min(steady + (level if level > 1 else 0), _MAX_REQUESTS)
 
 
 def run_demo(
