@@ -22,12 +22,13 @@ from collections import deque
 from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 from operator import attrgetter
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from llmlat.sim.cache import Prefix, PrefixCache
 from llmlat.sim.config import SimConfig
+
+if TYPE_CHECKING:  # pandas only for the truth table: a simulator process serves without it
+    import pandas as pd
 
 __all__ = [
     "OUTCOMES",
@@ -125,6 +126,9 @@ def truth_frame(rows: list[TruthRow]) -> pd.DataFrame:
     pandas.DataFrame
         Columns and dtypes of :data:`TRUTH_COLUMNS`, one row per request, in arrival order.
     """
+    import numpy as np
+    import pandas as pd
+
     data = [astuple(r) for r in rows]
     if not data:
         return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in TRUTH_COLUMNS.items()})
@@ -497,7 +501,7 @@ class Replica:
         self.stalls: set[asyncio.TimerHandle] = set()
         self.cache = PrefixCache(config.cache_min_tokens, config.cache_ttl_s)
         probs = (config.p_500, config.p_503, config.p_drop, config.p_malformed, config.p_stall)
-        self._fault_cdf = list(np.cumsum(probs)) if any(probs) else None
+        self._fault_cdf = list(itertools.accumulate(probs)) if any(probs) else None
         self._random_length = config.output_dist != "fixed"
         self._random = bool(self._fault_cdf) or config.mode == "mmc" or self._random_length
 

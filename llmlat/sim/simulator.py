@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import threading
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from aiohttp import web
 
 from llmlat.sim.config import SimConfig, config_from_options
 from llmlat.sim.model import Replica
 from llmlat.sim.server import build_app
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Simulator", "new_event_loop"]
 
