@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -94,14 +93,42 @@ def test_sweep_without_url_runs_the_builtin_simulator(tmp_path):
         (["--concurrency", "2", "--timeout-s", "-1"], "--timeout-s: "),
     ],
 )
-def test_bad_options_exit_2_with_one_line(args, line):
-    env = {k: v for k, v in os.environ.items() if k != "LLMLAT_TEST_UNSET_VAR"}
-    proc = llmlat_sweep(*args, env=env)
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr  # no usage block
-    assert lines[0].startswith("llmlat: " + line), lines[0]
+def test_bad_options_exit_2_with_one_line(args, line, capsys, monkeypatch):
+    monkeypatch.delenv("LLMLAT_TEST_UNSET_VAR", raising=False)
+    err = _refused(["sweep", *args], capsys)
+    assert err.startswith("llmlat: " + line), err
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run the command line in this process (each refusal as a subprocess cost a Python start
+    and its imports; test_a_refusal_is_the_process_exit_status runs two as a user does); return
+    its one line of standard error, after checking exit status 2 and nothing on stdout."""
+    from llmlat.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "", (code, out)
+    assert err.strip().splitlines() == [err.strip()], err  # no usage block
+    return err
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["swep"], "llmlat: COMMAND: 'swep' is not allowed (one of sweep, sim, "),
+        (["sweep", "--concurency", "1,10"], "llmlat: --concurency: unknown option (did you mean"),
+    ],
+)
+def test_a_refusal_is_the_process_exit_status(args, line):
+    proc = subprocess.run(
+        [sys.executable, "-m", "llmlat", *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+    assert proc.stderr.startswith(line), proc.stderr
 
 
 def test_per_level_requests_on_the_command_line(tmp_path):
@@ -272,14 +299,10 @@ def test_client_bound_levels_get_a_warning(capsys):
         (["demo", "--seed", "x"], "--seed: 'x' is not an integer"),
     ],
 )
-def test_every_command_reports_bad_usage_in_one_line(args, line):
-    proc = subprocess.run(
-        [sys.executable, "-m", "llmlat", *args], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
-    assert proc.stderr.startswith("llmlat: " + line), proc.stderr
-    assert args != ["swep"] or proc.stderr.endswith("; did you mean sweep?)\n")
+def test_every_command_reports_bad_usage_in_one_line(args, line, capsys):
+    err = _refused(args, capsys)
+    assert err.startswith("llmlat: " + line), err
+    assert args != ["swep"] or err.endswith("; did you mean sweep?)\n")
 
 
 def test_listing_the_options_loads_no_heavy_module():
