@@ -154,6 +154,18 @@ def test_simulator_process_serves_and_stops():
     assert sim.url is None and not _alive(pid)
 
 
+def test_a_simulator_process_serves_without_pandas():
+    # %llmsim, `llmlat sim` and every shard start one: pandas (about half a second of CPU to
+    # import here) is loaded only when the truth table is asked for
+    code = (
+        "import sys; "
+        "import llmlat.sim.process, llmlat.sim.simulator, llmlat.sim.server; "
+        "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_simulator_process_port_in_use_is_an_os_error():
     others = _simulator_children(os.getpid())
     with SimulatorProcess("instant") as first:
