@@ -214,13 +214,14 @@ def test_auto_sweep_against_the_simulator(tmp_path):
     assert 0.8 < meta["knee"] < 4  # 2 servers
     assert meta["placed_around"] == "knee" and meta["plateau_start"] is None  # not batching
     assert llmlat.read(out).meta["adaptive"] == meta
-    # an ordinary sweep to the fitting code: every level fitted, the capacity where the
-    # throughput levelled off. Not c itself: the client's turnaround shares this loop with the
-    # simulator, and on a loaded machine it reads as more, slower servers (c 5 for 2 once)
+    # an ordinary sweep to the fitting code: every level fitted, and a capacity near the true
+    # 2 x 50 = 100/s. Not c itself: the client's turnaround shares this loop with the simulator,
+    # and on a loaded machine it reads as more, slower servers (c 5 for 2 once). Nor the highest
+    # level's throughput: at 60 requests a level it is within ~16% (one s.d.) of the truth, and
+    # the highest of four read 123/s once, where the fit said 89.5
     fit = llmlat.fit(result, model="mmc")
     assert sorted(fit.levels.index) == levels
-    top = result.summary()["throughput_rps"].max()
-    assert 0.75 * top < fit.capacity_rps < 1.5 * top
+    assert 60 < fit.capacity_rps < 150
 
 
 def test_auto_rate_against_the_simulator():
