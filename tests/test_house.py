@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fresh_python import modules_loaded
 
 import llmlat
 
@@ -258,12 +259,8 @@ def test_layer_rule(who: tuple[str, ...], never: tuple[str, ...], deferred: bool
 
 
 def test_importing_the_client_loads_no_pandas_or_plotting() -> None:
-    code = (
-        "import sys, llmlat._client; heavy = ('pandas', 'seaborn', 'matplotlib', 'IPython'); "
-        "print(sorted(m for m in heavy if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    heavy = ("pandas", "seaborn", "matplotlib", "IPython")
+    assert modules_loaded("import llmlat._client", heavy) == []
 
 
 # --- the wheel --------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from fresh_python import modules_loaded
 from sim_http import body_for, call
 
 from llmlat.cli.sim import add_config_arguments, config_from_args
@@ -157,13 +158,8 @@ def test_simulator_process_serves_and_stops():
 def test_a_simulator_process_serves_without_pandas():
     # %llmsim, `llmlat sim` and every shard start one: pandas (about half a second of CPU to
     # import here) is loaded only when the truth table is asked for
-    code = (
-        "import sys; "
-        "import llmlat.sim.process, llmlat.sim.simulator, llmlat.sim.server; "
-        "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    code = "import llmlat.sim.process, llmlat.sim.simulator, llmlat.sim.server"
+    assert modules_loaded(code, ("pandas", "numpy")) == []
 
 
 def test_simulator_process_port_in_use_is_an_os_error():
