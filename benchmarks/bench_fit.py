@@ -4,7 +4,9 @@ Data are exact M/M/c queues from the seeded event simulation in ``llmlat._synth`
 a closed-loop sweep (5 concurrency levels, no think time) for ``mm1``, ``mmc``, ``closed`` and
 ``batch``, and an open-loop sweep (4 rates) for ``mgc``; and the InferenceX minimax table
 (``datasets/``) for the batch fit and ``auto``. Each fit is timed once after a warm-up
-fit on small data (imports and caches excluded). Target: a million rows in under 5 s.
+fit on small data (imports and caches excluded), with no estimate remembered from an earlier
+fit of the same data (``llmlat.fitting._estimate._MEMO``: a refit is a lookup). Target: a
+million rows in under 5 s.
 
     .venv/bin/python benchmarks/bench_fit.py [--rows 10000 1000000]
 """
@@ -20,6 +22,7 @@ import llmlat
 from llmlat import queueing
 from llmlat._summary import summarize
 from llmlat._synth import mgc_sweep, mmc_closed_requests, mmc_open_requests
+from llmlat.fitting import _estimate
 
 C, MU = 4, 2.0
 CLOSED_LEVELS = [1, 2, 4, 8, 16]
@@ -27,6 +30,7 @@ OPEN_RATES = [f * C * MU for f in (0.3, 0.6, 0.8, 0.9)]
 
 
 def timed(fn) -> tuple[float, object]:
+    _estimate._MEMO.clear()
     t = time.perf_counter()
     out = fn()
     return time.perf_counter() - t, out

@@ -414,6 +414,38 @@ def test_throughput_is_the_summary_steady_window_rate():
     assert res.levels.loc[16.0, "throughput_rps"] == pytest.approx(8.0, rel=0.05)
 
 
+def test_a_refit_of_the_same_data_is_recalled_and_its_own_copy(monkeypatch):
+    # fit, compare and auto on one data set estimate the same models: after the first, a lookup
+    from collections import OrderedDict
+
+    import llmlat.fitting._estimate as estimate
+
+    monkeypatch.setattr(estimate, "_MEMO", OrderedDict())
+    computed = []
+    compute = estimate._compute
+
+    def counted(problem, candidates=None):
+        computed.append(problem.model.name)
+        return compute(problem, candidates)
+
+    monkeypatch.setattr(estimate, "_compute", counted)
+    req = mmc_closed_requests([1, 2, 4, 8], mu=2.0, c=2, n=200, seed=11)
+    first = fit(req, model="mmc")
+    made = len(computed)
+    again = fit(req.copy(), model="mmc")  # equal rows, another frame
+    assert len(computed) == made and made > 0
+    pd.testing.assert_series_equal(again.params, first.params)
+    pd.testing.assert_frame_equal(again.conf_int(), first.conf_int())
+    again._est.p["mu"] = -1.0  # each result holds its own estimate
+    assert fit(req, model="mmc").params["mu"] == first.params["mu"]
+    # other rows, or another ask of the same rows, are estimated
+    slower = fit(req.assign(latency_s=req["latency_s"] * 1.01), model="mmc")
+    assert len(computed) > made and slower.params["mu"] < first.params["mu"]
+    made = len(computed)
+    fit(req, model="mmc", method="wls")
+    assert len(computed) > made
+
+
 def test_maximum_likelihood_on_binned_times_matches_every_time(monkeypatch):
     import llmlat.fitting._estimate as estimate
 

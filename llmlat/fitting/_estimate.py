@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import pickle
+import threading
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -967,7 +972,50 @@ def _walk(problem: _Problem, k0: int, lo: int, hi: int, starts: dict) -> dict[in
     return cache
 
 
+#: The last estimates, by everything their problem holds: ``fit``, ``compare`` and
+#: ``model="auto"`` on one data set each estimate the same models (a batch fit takes seconds),
+#: and a notebook or a report asks all three. An estimate is a function of its problem (the
+#: optimiser takes the same path each time), so one made before is the answer.
+_MEMO: OrderedDict[bytes, tuple[_Estimate, np.ndarray]] = OrderedDict()
+_MEMO_SIZE = 32
+_MEMO_LOCK = threading.Lock()
+#: what an estimate changes on its problem: the block weights its optimum settled
+_MUTABLE = ("_weight", "_held")
+
+
+def _problem_key(problem: _Problem, candidates) -> bytes | None:
+    """Digest of the problem's inputs and derived state (None: not hashable, no memo)."""
+    state = {k: v for k, v in vars(problem).items() if k not in _MUTABLE}
+    try:
+        blob = pickle.dumps((sorted(state.items()), candidates), protocol=5)
+    except (pickle.PicklingError, TypeError, AttributeError):  # costs the memo only
+        return None
+    return hashlib.blake2b(blob, digest_size=20).digest()
+
+
 def _estimate(problem: _Problem, candidates=None) -> _Estimate:
+    """Estimate ``problem`` (the profile over ``candidates`` only, when given), or recall it."""
+    key = _problem_key(problem, candidates)
+    hit = None
+    if key is not None:
+        with _MEMO_LOCK:
+            hit = _MEMO.get(key)
+            if hit is not None:
+                _MEMO.move_to_end(key)
+    if hit is not None:
+        est, weight = hit
+        problem._weight = weight.copy()
+        return copy.deepcopy(est)
+    est = _compute(problem, candidates)
+    if key is not None:
+        with _MEMO_LOCK:
+            _MEMO[key] = (copy.deepcopy(est), np.array(problem._weight, copy=True))
+            while len(_MEMO) > _MEMO_SIZE:
+                _MEMO.popitem(last=False)
+    return est
+
+
+def _compute(problem: _Problem, candidates=None) -> _Estimate:
     model = problem.model
     if model.integer is None:
         theta, llf = problem.optimise(None)
