@@ -49,28 +49,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             file = super()._split_scope(nodeid)
             return "end_to_end" if Path(file).name in END_TO_END_FILES else file
 
-    # files in the collection's order, the long ones first (pytest_collection_modifyitems), not
-    # by their number of tests: that handed out the few long tests of the live and end-to-end
-    # files last, and one worker ran them alone at the end
-    config.option.loadscopereorder = False
     return _Scheduler(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that waits on ``end_to_end`` lives in one of ``END_TO_END_FILES``: elsewhere, a
-    second xdist worker would run the demo and every notebook again.
-
-    The files with a test marked ``slow`` run first (each file's tests keep their order), so
-    that the short files fill the end of a run on several workers.
-    """
+    second xdist worker would run the demo and every notebook again."""
     for item in items:
         uses = "end_to_end" in getattr(item, "fixturenames", ())
         if uses and item.path.name not in END_TO_END_FILES:
             raise pytest.UsageError(
                 f"{item.nodeid} uses end_to_end: list its file in END_TO_END_FILES"
             )
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
 
 
 def _run_llmlat(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

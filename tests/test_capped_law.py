@@ -29,8 +29,6 @@ from llmlat._models import (
 from llmlat._synth import fcfs_responses, mgc_sweep
 from llmlat.fitting import _estimate
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 MU = 2.0
 
 

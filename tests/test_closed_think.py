@@ -10,8 +10,6 @@ from llmlat import queueing as q
 from llmlat._aggregate import observe
 from llmlat._synth import mgc_sweep
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 
 def _simulated(n: int, c: int, cv: float, think_cv: float, seed: int) -> np.ndarray:
     """Steady response times of one closed level (mu = 1, Z = 1 s), its start cut."""

@@ -9,8 +9,6 @@ import pytest
 
 import llmlat
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 
 class _Images(HTMLParser):
     def __init__(self):

@@ -16,8 +16,6 @@ from llmlat._synth import (
 )
 from llmlat.fitting import FitResult, Plan, compare, fit
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 
 def _levels_table(req: pd.DataFrame) -> pd.DataFrame:
     """A per-level table as a user would build one from their own benchmark."""

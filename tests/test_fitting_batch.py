@@ -19,8 +19,6 @@ from llmlat._synth import batch_closed_requests, batch_open_requests, mgc_sweep
 from llmlat.fitting._fit import _in_step
 from llmlat.stats import fill_mask
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 T0, T1 = 0.02, 0.002
 
 

@@ -20,8 +20,6 @@ from llmlat._synth import batch_closed_requests, mgc_sweep
 from llmlat.fitting._estimate import _served
 from llmlat.fitting._fit import _closed_vif, _light_cv, _not_exponential
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 C, MU = 4, 2.0
 LEVELS = [1, 2, 4, 6, 8, 12]
 RATES = [f * C * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]

@@ -27,8 +27,6 @@ from IPython.core.interactiveshell import InteractiveShell
 import llmlat
 from llmlat._ipython import LLMMagics, LLMSweep
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 # a fast replica: a request alone takes about 8 steps of 2.5 ms
 FAST_SIM = "--preset article --t0-s 0.002 --t1-s 0.0005 --output-tokens 8 --seed 3"
 SENTINEL_KEY = "sk-llmlat-sentinel-3f9a1c77d2"

@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 # the quickstart exercises the extension; the analysis notebooks (minutes of sweeps) add no
 # IPython coverage, so the Python 3.13 rerun (-m py313) skips them

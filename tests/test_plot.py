@@ -20,8 +20,6 @@ from llmlat import plot
 from llmlat.results import SweepResult
 from llmlat.schema import Attempt, Record, attempts_frame, requests_frame
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 C, MU = 4, 2.0  # servers and per-server service rate (req/s) of the synthetic provider
 CLOSED_LEVELS = (1, 2, 4, 8, 16, 32)
 

@@ -21,8 +21,6 @@ from llmlat._shard._partition import request_id, shard_plans, split_evenly
 from llmlat._summary import summarize
 from llmlat.config import SweepConfig
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 
 def test_the_union_of_shard_schedules_is_the_single_process_schedule():
     # gamma bursts, a warmup by count and by time, several levels

@@ -15,7 +15,7 @@ from sharding import QUICK, journal_meta, poll, sweep_in_thread
 from llmlat import read
 from llmlat.config import SweepConfig
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = pytest.mark.ray
 
 
 def test_a_ray_actor_killed_mid_level_keeps_its_rows(ray_local, sim_process, tmp_path):

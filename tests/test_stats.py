@@ -9,8 +9,6 @@ import pytest
 from llmlat import stats
 from llmlat._summary import summarize
 
-pytestmark = pytest.mark.slow  # long: make test starts it first (tests/conftest.py)
-
 
 def test_order_statistic_ci_covers_the_true_quantile():
     # distribution-free: coverage holds for any continuous law; exponential median = ln 2

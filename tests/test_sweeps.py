@@ -28,7 +28,7 @@ from llmlat.sim import Simulator
 MODEL = "llmlat-sim"  # the simulator requires a model name
 FAST = {"t0_s": 0.004, "t1_s": 0.0001, "output_tokens": 16, "output_dist": "fixed", "seed": 1}
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def kind_is(requests: pd.DataFrame, kind: str) -> np.ndarray:
