@@ -422,13 +422,13 @@ def test_a_refit_of_the_same_data_is_recalled_and_its_own_copy(monkeypatch):
 
     monkeypatch.setattr(estimate, "_MEMO", OrderedDict())
     computed = []
-    compute = estimate._compute
+    compute = estimate._estimate
 
     def counted(problem, candidates=None):
         computed.append(problem.model.name)
         return compute(problem, candidates)
 
-    monkeypatch.setattr(estimate, "_compute", counted)
+    monkeypatch.setattr(estimate, "_estimate", counted)
     req = mmc_closed_requests([1, 2, 4, 8], mu=2.0, c=2, n=200, seed=11)
     first = fit(req, model="mmc")
     made = len(computed)
@@ -444,6 +444,10 @@ def test_a_refit_of_the_same_data_is_recalled_and_its_own_copy(monkeypatch):
     made = len(computed)
     fit(req, model="mmc", method="wls")
     assert len(computed) > made
+    # a bootstrap's resampled fits come once each: they are not kept
+    kept = list(estimate._MEMO)
+    first.conf_int(method="bootstrap", n_boot=10, seed=1)
+    assert list(estimate._MEMO) == kept
 
 
 def test_maximum_likelihood_on_binned_times_matches_every_time(monkeypatch):

@@ -983,19 +983,23 @@ _MEMO_LOCK = threading.Lock()
 _MUTABLE = ("_weight", "_held")
 
 
-def _problem_key(problem: _Problem, candidates) -> bytes | None:
+def _problem_key(problem: _Problem) -> bytes | None:
     """Digest of the problem's inputs and derived state (None: not hashable, no memo)."""
     state = {k: v for k, v in vars(problem).items() if k not in _MUTABLE}
     try:
-        blob = pickle.dumps((sorted(state.items()), candidates), protocol=5)
+        blob = pickle.dumps(sorted(state.items()), protocol=5)
     except (pickle.PicklingError, TypeError, AttributeError):  # costs the memo only
         return None
     return hashlib.blake2b(blob, digest_size=20).digest()
 
 
-def _estimate(problem: _Problem, candidates=None) -> _Estimate:
-    """Estimate ``problem`` (the profile over ``candidates`` only, when given), or recall it."""
-    key = _problem_key(problem, candidates)
+def _recalled(problem: _Problem) -> _Estimate:
+    """:func:`_estimate` of ``problem``, recalled when an equal problem was estimated lately.
+
+    For the fits a user asks for; a bootstrap's resampled problems come once each and would
+    only push those out.
+    """
+    key = _problem_key(problem)
     hit = None
     if key is not None:
         with _MEMO_LOCK:
@@ -1006,7 +1010,7 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
         est, weight = hit
         problem._weight = weight.copy()
         return copy.deepcopy(est)
-    est = _compute(problem, candidates)
+    est = _estimate(problem)
     if key is not None:
         with _MEMO_LOCK:
             _MEMO[key] = (copy.deepcopy(est), np.array(problem._weight, copy=True))
@@ -1015,7 +1019,7 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
     return est
 
 
-def _compute(problem: _Problem, candidates=None) -> _Estimate:
+def _estimate(problem: _Problem, candidates=None) -> _Estimate:
     model = problem.model
     if model.integer is None:
         theta, llf = problem.optimise(None)

@@ -13,7 +13,7 @@ import pandas as pd
 from llmlat import stats as _stats
 from llmlat._aggregate import Observed, is_level_table, latency_levels, observe
 from llmlat._models import MODELS, Model
-from llmlat.fitting._estimate import _PLAUSIBLE, _estimate, _lack_of_fit_p, _overhead, _Problem
+from llmlat.fitting._estimate import _PLAUSIBLE, _lack_of_fit_p, _overhead, _Problem, _recalled
 from llmlat.fitting._results import FitResult
 
 #: Default of ``max_refused``: levels with a larger share of 429s or retries are not fitted.
@@ -742,7 +742,7 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
     notes += fixed_notes
     _check_levels(model, obs, meth)
     problem = _Problem(model, obs, meth, stat, fixed)
-    est = _estimate(problem)
+    est = _recalled(problem)
     # behind a queue cap at every plausible c (a cap's latency and refusals pin c loosely);
     # elsewhere at the fitted one (an open queue's floor at a c one too low reads a level at
     # 90% load as saturated and leaves c unbounded)
@@ -752,7 +752,7 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
         # a queue's consecutive waits are correlated for longer than a level's batches can
         # see: refit with the model's own variance inflation as the floor
         problem = _Problem(model, floor, meth, stat, fixed)
-        est = _estimate(problem)
+        est = _recalled(problem)
     res = FitResult(problem, est, list(obs.notes) + notes + _misfit(problem, est.p))
     if model.family != "batch" or len(obs.levels) < 7:
         return res
@@ -762,7 +762,7 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
     curved = MODELS["batch"]
     fixed, notes = _fixed(curved, obs, **opts)
     problem = _Problem(curved, obs, meth, stat, fixed)
-    alt = FitResult(problem, _estimate(problem), list(obs.notes) + notes)
+    alt = FitResult(problem, _recalled(problem), list(obs.notes) + notes)
     if alt.aic < res.aic - 2:
         alt.notes.append(
             f"step time grows as batch^{alt.params['gamma']:.3g}: the free exponent lowers AIC "
