@@ -17,10 +17,8 @@ unexport PYTHONDONTWRITEBYTECODE
 PIP_QUIET := --disable-pip-version-check --quiet
 PIP_FLAGS := $(PIP_QUIET) --no-compile
 # pytest-xdist workers for `make test` (0: one process). A test file stays on one worker, and the
-# demo's and the notebooks' files share one (tests/conftest.py): each fixture is made once. Three
-# on two cores: the live sweeps wait on the simulator, and a third worker uses the core they leave
-# (pytest from a fresh clone 9:24, against 9:47-10:02 with two).
-PYTEST_WORKERS ?= 3
+# demo's and the notebooks' files share one (tests/conftest.py): each fixture is made once.
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint typecheck test-main test-py313 test-llama bench clean
 
