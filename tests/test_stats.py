@@ -20,6 +20,36 @@ def test_order_statistic_ci_covers_the_true_quantile():
     assert 0.92 <= hits / 400 <= 0.995
 
 
+def test_column_reads_every_schema_dtype_as_a_float_copy():
+    frame = pd.DataFrame(
+        {
+            "f": [0.5, np.nan, 2.0],
+            "i": pd.array([1, None, 3], dtype="Int64"),
+            "n": np.array([1, 2, 3], dtype=np.int64),
+            "b": [True, False, True],
+            "nb": pd.array([True, None, False], dtype="boolean"),
+            "o": pd.Series(["1.5", "x", None], dtype=object),
+            "s": pd.array(["2", None, "y"], dtype="string"),
+        }
+    )
+    expected = {
+        "f": [0.5, np.nan, 2.0],
+        "i": [1.0, np.nan, 3.0],
+        "n": [1.0, 2.0, 3.0],
+        "b": [1.0, 0.0, 1.0],
+        "nb": [1.0, np.nan, 0.0],
+        "o": [1.5, np.nan, np.nan],
+        "s": [2.0, np.nan, np.nan],
+        "missing": [np.nan] * 3,
+    }
+    for name, values in expected.items():
+        got = stats.column(frame, name)
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, values, err_msg=name)
+        got[:] = -1.0  # a copy: the caller may write into it
+    assert frame["f"].iloc[0] == 0.5 and frame["n"].iloc[0] == 1
+
+
 def _ar1(rng, n, phi):
     x = np.empty(n)
     x[0] = rng.normal()
