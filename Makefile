@@ -41,9 +41,12 @@ lint: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check llmlat tests benchmarks setup.py
 	$(VENV)/bin/ruff format --check llmlat tests benchmarks setup.py
 
-# the type checker's settings (and the modules it still excuses) are in pyproject.toml
+# the type checker's settings (and the modules it still excuses) are in pyproject.toml. Its cache
+# lives outside the clone, as the llama.cpp wheel does: mypy checks each cached module by its
+# hash, so a fresh clone is checked in 0.5 CPU-s instead of 23, beside the suite
+MYPY_CACHE ?= $(HOME)/.cache/llmlat/mypy
 typecheck: $(VENV)/.stamp-test
-	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --cache-dir $(MYPY_CACHE)
 
 # Two steps at a time: after the install, the suite runs beside lint, mypy and the Python 3.13
 # rerun (its install included). Each step's output is printed whole when it ends; a failing step
