@@ -43,11 +43,11 @@ Definitions (per level; warmup rows are left out unless asked for):
   number in flight inside the window, ``lambda`` the rows started in it per second and ``W``
   their mean latency. Near 0 in a steady state; large when the queue grows or drains.
 - ``steady``: the level reached a steady state, by three checks that must all pass:
-  enough data (``n >= max(20, 3 * population)``, the population being the concurrency of a
-  ``concurrency`` level and the mean number in flight otherwise, and a steady part long
-  enough for the throughput); a constant completion rate
-  (completions in the two halves of the time between the first and last end differ by at most
-  10% plus two Poisson standard deviations); and no latency drift (the median latency of the
+  enough data past the start-up transient (``n - n_transient >= max(20, 3 * population)``,
+  the population being the concurrency of a ``concurrency`` level and the mean number in
+  flight otherwise, and a steady part long enough for the throughput); a constant completion
+  rate (completions in the two halves of the time between the first and last end differ by
+  at most 10% plus two Poisson standard deviations); and no latency drift (the median latency of the
   rows started in the second half of the span is within a factor 1.5 of the first half's, or
   the difference is not significant by a Mann-Whitney test at the 1% level). ``<NA>`` when the
   times needed are missing.
@@ -436,7 +436,8 @@ def _level_stats(
     stats["lag_p99_s"] = float(np.percentile(lag, 99)) if len(lag) else math.nan
     stats["littles_law_rel_err"] = _little(start[done], end[done], span)
     population = float(key["level"]) if kind == "concurrency" else stats["mean_in_flight"]
-    enough = windowed and n >= max(
+    # counted past the start-up transient: its rows say nothing of the steady state
+    enough = windowed and int(steady.sum()) >= max(
         _MIN_REQUESTS, _MIN_ROUNDS * math.ceil(population) if population == population else 0
     )
     stats["steady"] = _steady(start[done], end[done], latency[done], enough, population)

@@ -164,9 +164,11 @@ def test_littles_law_on_a_trimmed_window_and_steady_state():
 
 
 def test_steady_needs_enough_requests_and_a_constant_completion_rate():
-    few = [rec(10, i, 0.1 * i, 1.0) for i in range(25)]  # 25 < 3 x 10 in flight
-    assert flag(one(summarize(requests_frame(few)), 10.0), "steady") is False
-    enough = [rec(10, i, 0.1 * i, 1.0) for i in range(30)]
+    # counted past the first round (the start-up transient): 30 - 10 < 3 x 10 in flight
+    few = one(summarize(requests_frame([rec(10, i, 0.1 * i, 1.0) for i in range(30)])), 10.0)
+    assert (few["n"], few["n_transient"]) == (30, 10)
+    assert flag(few, "steady") is False
+    enough = [rec(10, i, 0.1 * i, 1.0) for i in range(40)]
     assert flag(one(summarize(requests_frame(enough)), 10.0), "steady") is True
     # same latency throughout, but 30 sends in the first 10 s and 10 in the next 30 s
     starts = np.concatenate([np.linspace(0, 10, 30), np.linspace(11, 40, 10)])
