@@ -294,6 +294,19 @@ def test_mgc_quantiles_are_the_mmc_ones_for_exponential_service():
         q.mgc_response_quantile(0.5, 1.0, 2.0, 4, 0.0)
 
 
+@pytest.mark.parametrize(("c", "cv"), [(1, 0.3), (4, 0.05), (16, 0.75)])
+def test_mgc_quantiles_of_a_curve_are_each_rates_own(c, cv):
+    # a curve's rates are inverted together: each element keeps its own rate's law and
+    # probability, in any order, repeated or past saturation (inf)
+    rng = np.random.default_rng(c)
+    lam = rng.permutation(np.append(np.linspace(0.05, 0.98, 25), [0.5, 0.5, 1.1])) * c * 2.0
+    p = rng.uniform(0.05, 0.995, len(lam))
+    curve = q.mgc_response_quantile(p, lam, 2.0, c, cv)
+    alone = [q.mgc_response_quantile(pi, li, 2.0, c, cv) for pi, li in zip(p, lam, strict=True)]
+    assert np.isinf(curve[lam >= 2.0 * c]).all()
+    assert curve == pytest.approx(np.asarray(alone, dtype=np.float64), rel=1e-10)
+
+
 @pytest.mark.parametrize(("cv", "rates"), [(0.5, [2.4, 4.8, 6.4]), (2.0, [2.4, 4.8])])
 def test_mgc_quantiles_against_an_event_simulation(cv, rates):
     # gamma service: the approximation holds to a few percent up to utilization 0.8 for a
