@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from math import exp, factorial
 from types import SimpleNamespace
 
@@ -334,16 +335,13 @@ def test_the_capped_profile_leaves_out_only_integers_far_under_its_sets(monkeypa
     assert max(full[k][1] for k in set(full) - set(narrow)) < level - _estimate._FAR_BELOW
 
 
-def test_the_capped_profile_keeps_the_sets_and_the_warm_starts():
-    # profiles of known shape over c = 1..192 (peaks across it, sharp to flat), searched as
-    # behind a cap and as without one (every grid point, bottom up): what the first evaluates
-    # it evaluates from the same warm start (a tie between two neighbours included), and it
-    # leaves out only integers under the 99% set and the plausible one (10 under the best)
-    def run(fixed, peak, width):
-        starts: dict[int, object] = {}
-
+def test_the_narrowed_profile_keeps_the_sets():
+    # profiles of known shape over c = 1..192 (peaks across it, sharp to flat), searched
+    # narrowed (from the top down; behind a cap on both sides of the best) and in full (every
+    # grid point, bottom up, as a fit with step times): the first leaves out only integers
+    # under the 99% set and the plausible one (10 under the best)
+    def run(fixed, peak, width, n_itl):
         def optimise(k, start=None):
-            starts[k] = None if start is None else float(start[0])
             return np.array([float(k)]), -width * (k - peak) ** 2 - 0.01 * k
 
         problem = SimpleNamespace(
@@ -351,25 +349,26 @@ def test_the_capped_profile_keeps_the_sets_and_the_warm_starts():
             model=SimpleNamespace(family="mmc"),
             optimise=optimise,
             profile_drop=lambda best: 3.0,
+            n_itl=n_itl,
         )
-        return _estimate._profile(problem, 1, 192), starts
+        return _estimate._profile(problem, 1, 192)
 
     left_out = 0
-    for peak in range(1, 192, 4):
-        for width in (0.01, 0.05, 0.3):
-            narrow, narrow_starts = run({"k_sys": 192}, peak, width)
-            full, full_starts = run({}, peak, width)
-            assert set(narrow) <= set(full)
-            assert {k: narrow_starts[k] for k in narrow} == {k: full_starts[k] for k in narrow}
-            best = max(v[1] for v in full.values())
-            for level in (best - 3.0, best - 10.0):
-                assert {k for k, v in narrow.items() if v[1] >= level} == {
-                    k for k, v in full.items() if v[1] >= level
-                }
-            out = set(full) - set(narrow)
-            left_out += len(out)
-            far = best - _estimate._PLAUSIBLE - _estimate._FAR_BELOW
-            assert max((full[k][1] for k in out), default=-np.inf) < far
+    for peak, width, fixed in itertools.product(
+        range(1, 192, 4), (0.01, 0.05, 0.3), ({"k_sys": 192}, {})
+    ):
+        narrow = run(fixed, peak, width, 0)
+        full = run({}, peak, width, 1)
+        assert set(narrow) <= set(full)
+        best = max(v[1] for v in full.values())
+        for level in (best - 3.0, best - 10.0):
+            assert {k for k, v in narrow.items() if v[1] >= level} == {
+                k for k, v in full.items() if v[1] >= level
+            }
+        out = set(full) - set(narrow)
+        left_out += len(out)
+        far = best - _estimate._PLAUSIBLE - _estimate._FAR_BELOW
+        assert max((full[k][1] for k in out), default=-np.inf) < far
     assert left_out > 500  # the narrowing is exercised
     # one server's law is exact, behind a cap or not: no caveat
     for cap in (8, None):

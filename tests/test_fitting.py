@@ -414,6 +414,26 @@ def test_throughput_is_the_summary_steady_window_rate():
     assert res.levels.loc[16.0, "throughput_rps"] == pytest.approx(8.0, rel=0.05)
 
 
+@pytest.mark.parametrize("method", ["wls", "ml"])
+def test_a_refit_started_near_another_estimate_finds_the_same_optimum(method):
+    # the refit with a variance-inflation floor starts from the first fit's optima (and
+    # maximum likelihood walks from its integer): the same estimate and profile as a cold one
+    import llmlat.fitting._estimate as estimate
+
+    data = mmc_open_requests([f * 4 * 2.0 for f in (0.3, 0.6, 0.8, 0.9)], 2.0, 4, n=400, seed=3)
+    problem = fit(data, model="mmc", method=method)._problem
+    other = fit(data.assign(latency_s=data["latency_s"] * 1.05), model="mmc", method=method)
+    cold = estimate._estimate(problem)
+    warm = estimate._estimate(problem, near=other._est)
+    assert warm.k == cold.k
+    assert warm.theta == pytest.approx(cold.theta, rel=1e-5, abs=1e-6)
+    assert warm.profile[warm.k] == pytest.approx(cold.profile[cold.k], abs=1e-6)
+    near_best = {k for k, v in cold.profile.items() if v >= cold.profile[cold.k] - 3}
+    assert near_best <= set(warm.profile)
+    for k in near_best:
+        assert warm.profile[k] == pytest.approx(cold.profile[k], abs=1e-4)
+
+
 def test_a_refit_of_the_same_data_is_recalled_and_its_own_copy(monkeypatch):
     # fit, compare and auto on one data set estimate the same models: after the first, a lookup
     from collections import OrderedDict
@@ -424,9 +444,9 @@ def test_a_refit_of_the_same_data_is_recalled_and_its_own_copy(monkeypatch):
     computed = []
     compute = estimate._estimate
 
-    def counted(problem, candidates=None):
+    def counted(problem, candidates=None, near=None):
         computed.append(problem.model.name)
-        return compute(problem, candidates)
+        return compute(problem, candidates, near)
 
     monkeypatch.setattr(estimate, "_estimate", counted)
     req = mmc_closed_requests([1, 2, 4, 8], mu=2.0, c=2, n=200, seed=11)

@@ -118,6 +118,21 @@ def test_auto_says_when_constant_service_cannot_tell_servers_from_a_batch():
     assert res.model == "batch" and not res.indistinguishable
 
 
+def test_auto_ranks_the_measured_service_law_once():
+    # with the service CV measured, mmc is the M/G/c law mgc is: ranked once, and never
+    # "indistinguishable" from itself (which asked for levels that cannot tell them apart)
+    data = mgc_sweep("rate", RATES, MU, C, cv_s=0.05, seed=SEEDS[0])
+    res = llmlat.fit(data)
+    assert res.model == "mmc" and "mgc" not in res.indistinguishable
+    assert any("mgc not ranked apart" in n for n in res.notes)
+    same = llmlat.fit(data, model="mgc")
+    assert res.params.to_numpy() == pytest.approx(same.params.to_numpy(), rel=1e-9)
+    # exponential service: mmc keeps its exponential law, and mgc is ranked beside it
+    exp = llmlat.fit(mgc_sweep("rate", RATES, MU, C, seed=SEEDS[0]))
+    assert not any("mgc not ranked apart" in n for n in exp.notes)
+    assert any("among mmc, mgc" in n for n in exp.notes)
+
+
 def test_a_filling_capped_queue_is_transient_up_to_its_first_refusal():
     # a 128-deep queue at 120% load fills over ~770 of its 1,000 arrivals: more than MSER's half
     data = mgc_sweep("rate", [1.2 * 16 * MU], MU, 16, queue_cap=128, seed=3)

@@ -462,13 +462,21 @@ def test_mgc_quantiles_of_near_constant_service_against_a_long_simulation():
         assert model == pytest.approx(measured[p].to_numpy(), rel=tol), p
 
 
-@pytest.mark.parametrize(("lam", "c", "k"), [(30.0, 16, 48), (5.0, 4, 12), (150.0, 64, 192)])
+@pytest.mark.parametrize(
+    ("lam", "c", "k"),
+    [(30.0, 16, 48), (5.0, 4, 12), (150.0, 64, 192), (8.0, 2, 902), (614.4, 256, 1156)],
+)
 def test_hypoexp_mixture_is_the_weighted_sum_of_its_components(lam, c, k):
-    # the one-pass sum over every component against each component's own log density
+    # the one-pass sum over every component against each component's own log density; at 2
+    # and 1.2 times capacity behind 900 places every weight sits in a deep queue (the terms
+    # summed one by one had read the density 0.34 high at 87 s)
     from llmlat._models import _mmck_mix
 
     m, w = _mmck_mix(lam, 2.0, c, k)
-    t = np.concatenate([np.random.default_rng(4).exponential(2.0, 300), [1e-6, 1e-3, 60.0]])
+    wait = m.max() / (c * 2.0)  # the deepest component's mean wait
+    t = np.concatenate(
+        [np.random.default_rng(4).exponential(2.0 + wait, 300), [1e-6, 1e-3, 60.0, 1.1 * wait]]
+    )
     parts = [
         np.log(wj) + q.hypoexp_logpdf(t, np.array(mj), 2.0, c) for mj, wj in zip(m, w, strict=True)
     ]
@@ -476,3 +484,14 @@ def test_hypoexp_mixture_is_the_weighted_sum_of_its_components(lam, c, k):
     got = q.hypoexp_mix_logpdf(t, m, w, 2.0, c)
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(("a", "x"), [(900.0, 176.0), (64.0, 2e-4), (3000.0, 2500.0), (50.0, 1.0)])
+def test_log_gammainc_keeps_its_recurrence_where_p_underflows(a, x):
+    # P(a, x) = P(a + 1, x) + x^a e^-x / a!: where P is below the normal range (all but the
+    # last), the leading term of its series alone read log P(901, 176) 0.22 low, and a
+    # subnormal P kept a few digits
+    lhs = q._log_gammainc(np.array([a]), np.array([x]))[0]
+    term = a * np.log(x) - x - special.gammaln(a + 1.0)
+    rhs = np.logaddexp(q._log_gammainc(np.array([a + 1.0]), np.array([x]))[0], term)
+    assert lhs == pytest.approx(rhs, rel=1e-12)

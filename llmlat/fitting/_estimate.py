@@ -448,6 +448,10 @@ class _Problem:
     ):
         """Best continuous parameters at integer ``k``: from a warm start and the default one."""
         default = self.model.start(k, self.obs, self.fixed)
+        if start is not None and start[0] <= self.lower_bound(k):
+            # a neighbour's optimum past this integer's stability edge: started on the edge,
+            # the bounded optimiser creeps away from it (20-30 evaluations)
+            start = None
         if start is None:
             return self._optimise_from(k, default, 4.0, xatol)[:2]
         if (self.method == "ml" or self.n_itl) and len(start) > 1:
@@ -748,31 +752,35 @@ def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
     return replace(obs, times=times), np.concatenate(weights)
 
 
-def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, tuple]:
+def _profile(
+    problem: _Problem, lo: int, hi: int, candidates=None, starts: dict | None = None
+) -> dict[int, tuple]:
     """Maximise over the continuous parameters at each integer; coarse-to-fine search.
 
-    Behind a queue cap each integer is dear (a near-constant service's dense M/D/c/K solves:
-    2-3 s a fit at c = 64 over all of them), so integers that cannot reach the cut nor the
-    plausible set are left out (:func:`_far`): found from the top of the grid down
-    (:func:`_descend`), and in the refining steps outward from the best, each side up to a point
-    under the one inside it and under :func:`_far`'s level. A batching fit's few slots are dear
-    too where they cannot fit (an open sweep past their capacity: the optimiser crawls along the
-    stability edge, 2,000 steps at one slot count, most of the time of ``model="auto"`` on 16
-    near-constant servers): without step times they are left out from the top down alike. The
+    Integers that cannot reach the cut nor the plausible set are left out (:func:`_far`): found
+    from the top of the grid down (:func:`_descend`), and behind a queue cap in the refining
+    steps outward from the best too, each side up to a point under the one inside it and under
+    :func:`_far`'s level. The fewest servers or slots are the dearest: behind a cap a
+    near-constant service's dense M/D/c/K solves (2-3 s a fit at c = 64 over all of them);
+    on an open sweep past their capacity the optimiser crawls along the stability edge (30
+    evaluations each, most of an uncapped fit; a batching fit's slots 2,000 steps, most of
+    ``model="auto"`` on 16 near-constant servers). With step times each fit starts from the
+    last one's block weights: the grid is taken bottom up. The
     profile rises to its best and falls after it (the bisection for its edges takes it so too),
     so none past such a point could be in either set, nor the best or its neighbour: the same
-    best, set and plausible integers as from every point. Each point evaluated keeps the warm
-    start it had: the refining points of one step are 3 or more apart (none another's start),
-    and the cache's order, which decides ties between two neighbours, is kept as a bottom-up
-    search leaves it.
+    best, set and plausible integers as from every point. The refining points of one step are
+    3 or more apart (none another's start), and the cache's order, which decides ties between
+    two neighbours, is kept as a bottom-up search leaves it. ``starts``: integer -> a start known to lie near its optimum (a refit's
+    last optimum there), taken before any neighbour's.
     """
     cache: dict[int, tuple] = {}
+    starts = starts or {}
 
     def ev(k: int) -> float:
         if k not in cache:
             near = min(cache, key=lambda j: abs(j - k)) if cache else None
             start = cache[near][0] if near is not None and abs(near - k) <= 2 else None
-            cache[k] = problem.optimise(k, start)
+            cache[k] = problem.optimise(k, starts.get(k, start))
         return cache[k][1]
 
     if candidates is not None:
@@ -784,8 +792,7 @@ def _profile(problem: _Problem, lo: int, hi: int, candidates=None) -> dict[int, 
     batch = problem.model.family == "batch"
     # integers up to ``below`` and from ``beyond`` on lie under _far's level: left out
     # with step times each fit starts from the last one's block weights: kept bottom up
-    narrow = capped or (batch and not problem.n_itl)
-    below = _descend(problem, ev, cache, grid, chain=capped) if narrow else lo - 1
+    below = _descend(problem, ev, cache, grid) if not problem.n_itl else lo - 1
     beyond = hi + 1
     for k in grid:
         if k > below:
@@ -868,19 +875,17 @@ def _far(problem: _Problem, cache: dict) -> float:
     return top - max(problem.profile_drop(top), _PLAUSIBLE) - _FAR_BELOW
 
 
-def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray, chain: bool = True) -> int:
+def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
     """Evaluate ``grid`` from the top down while the profile can reach :func:`_far`'s level.
 
     Returns the largest integer left under it (``grid[0] - 1``: none).
 
-    The profile's dearest integers behind a cap are the few servers: a sweep's levels all
-    overloaded, each a chain of K + c states. The grid's points more than 2 apart have no
-    warm start either way; the close ones below them are taken bottom up if the descent
-    reaches them (each from the one under it). Without ``chain`` (a batching fit without
-    step times, which optimises from its default start too and keeps the better) the close
-    ones are descended as well when the best lies above them all: a batching fit's few
-    slots past capacity are its dearest. Close ones holding the best keep their chain, whose
-    warm starts decide where a flat optimum ends (an unidentified t1: 5e-4 apart).
+    The profile's dearest integers are the fewest: behind a cap, a sweep's levels all
+    overloaded, each a chain of K + c states; on an open sweep, the stability edge; a batching
+    fit's few slots past capacity. The grid's points more than 2 apart have no warm start
+    either way; the close ones below them are descended too, each from the one above it
+    (behind a cap at c = 16, integers 1-12 taken bottom up were half a fit's evaluations, all
+    far under the cut). A short range, all of it close, is taken bottom up.
     """
     close = np.flatnonzero(np.diff(grid) <= 2)
     sparse = min(int(close[-1]) + 2, len(grid)) if len(close) else 0  # first of the sparse
@@ -889,7 +894,7 @@ def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray, chain: bool =
         best = max(cache, key=lambda j: cache[j][1])
         if k < best and cache[k][1] < _far(problem, cache):
             return int(k) - 1
-    if not chain and cache and max(cache, key=lambda j: cache[j][1]) > grid[sparse - 1]:
+    if cache:
         for k in grid[:sparse][::-1]:
             if ev(int(k)) < _far(problem, cache):
                 return int(k) - 1
@@ -993,11 +998,11 @@ def _problem_key(problem: _Problem) -> bytes | None:
     return hashlib.blake2b(blob, digest_size=20).digest()
 
 
-def _recalled(problem: _Problem) -> _Estimate:
+def _recalled(problem: _Problem, near: _Estimate | None = None) -> _Estimate:
     """:func:`_estimate` of ``problem``, recalled when an equal problem was estimated lately.
 
     For the fits a user asks for; a bootstrap's resampled problems come once each and would
-    only push those out.
+    only push those out. ``near``: as :func:`_estimate`'s.
     """
     key = _problem_key(problem)
     hit = None
@@ -1010,7 +1015,7 @@ def _recalled(problem: _Problem) -> _Estimate:
         est, weight = hit
         problem._weight = weight.copy()
         return copy.deepcopy(est)
-    est = _estimate(problem)
+    est = _estimate(problem, near=near)
     if key is not None:
         with _MEMO_LOCK:
             _MEMO[key] = (copy.deepcopy(est), np.array(problem._weight, copy=True))
@@ -1019,7 +1024,14 @@ def _recalled(problem: _Problem) -> _Estimate:
     return est
 
 
-def _estimate(problem: _Problem, candidates=None) -> _Estimate:
+def _estimate(problem: _Problem, candidates=None, near: _Estimate | None = None) -> _Estimate:
+    """Best integer and continuous parameters of ``problem``, its profile and covariance.
+
+    ``candidates``: the integers to profile (all worth it if None). ``near``: an estimate of
+    the same data with other weights (a refit with a floor on the variance inflation): the
+    search starts at each integer from its optimum there, and maximum likelihood walks from
+    its best integer (a third of the evaluations).
+    """
     model = problem.model
     if model.integer is None:
         theta, llf = problem.optimise(None)
@@ -1028,14 +1040,18 @@ def _estimate(problem: _Problem, candidates=None) -> _Estimate:
     else:
         lo, hi = model.int_range(problem.obs)
         if problem.method == "ml" and candidates is None:
-            # cheap per-level profile first, then a short walk on the full likelihood
-            coarse_prob = _Problem(model, problem.all, "wls", "mean", problem.fixed)
-            coarse = _profile(coarse_prob, lo, hi)
-            k0 = max(coarse, key=lambda j: coarse[j][1])
+            if near is None:
+                # cheap per-level profile first, then a short walk on the full likelihood
+                coarse_prob = _Problem(model, problem.all, "wls", "mean", problem.fixed)
+                coarse = _profile(coarse_prob, lo, hi)
+                k0 = max(coarse, key=lambda j: coarse[j][1])
+                starts = {j: v[0] for j, v in coarse.items()}
+            else:
+                k0, starts = int(near.k), near.thetas
             # saturation is judged on the full likelihood (the walk reaches hi when it must)
-            cache = _walk(problem, k0, lo, hi, {j: v[0] for j, v in coarse.items()})
+            cache = _walk(problem, k0, lo, hi, starts)
         else:
-            cache = _profile(problem, lo, hi, candidates)
+            cache = _profile(problem, lo, hi, candidates, near.thetas if near else None)
         k = max(cache, key=lambda j: cache[j][1])
         if candidates is None:
             _check_saturation(model, problem.all, cache, hi)
@@ -1238,7 +1254,7 @@ def _short(lv: pd.DataFrame) -> np.ndarray:
 
 
 def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
-    """Polish with statsmodels and take the covariance from its Hessian."""
+    """Polish a likelihood fit with statsmodels; the covariance from the Hessian."""
     names = [f"log_{n}" for n in problem.model.free]
     start = theta
     nobs = problem.nobs
@@ -1252,10 +1268,12 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
     mod = _Likelihood(problem.llobs_full(k), nobs, names)
     n = len(problem.model.free)
     lower, upper = problem._bounds(k, n)
-    # with step times the block scales are held where :meth:`_Problem.block_scales` puts
-    # them (never below 1), so the least-squares optimum is the polished one
+    # least squares: the optimum with its concentrated scales is the likelihood's (a
+    # quasi-Newton polish from there took a quarter of a capped fit and moved nothing); with
+    # step times the block scales are held where :meth:`_Problem.block_scales` puts them
+    # (never below 1)
     free = np.arange(len(start)) < (n if problem.n_itl else len(start))
-    if problem.n_itl:
+    if problem.method == "wls":
         full, cov = start, _inverse_curvature(mod, start, free)
     else:
         with warnings.catch_warnings():

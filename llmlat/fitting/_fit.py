@@ -640,7 +640,9 @@ def _fit_auto(views: _Views, stat: str, method: str, opts: dict) -> FitResult:
     Level means alone hardly tell c exponential servers from a batching server (both are flat,
     then linear in N). The requests do: at the lightest level a batch's latency is its output
     length times a step time, far less variable than an exponential service. So when the
-    lightest level's CV is that of an exponential law, only the M/M/c family is ranked.
+    lightest level's CV is that of an exponential law, only the M/M/c family is ranked. Where
+    that CV is not exponential, ``mmc`` takes it (M/G/c), as ``mgc`` does: the one law is
+    ranked once.
     """
     obs = views.full
     # "closed" estimates a think time the data did not measure; here they did
@@ -658,6 +660,9 @@ def _fit_auto(views: _Views, stat: str, method: str, opts: dict) -> FitResult:
     if why:
         skip.add("batch")
     names = [m for m in _MODEL_NAMES if m not in skip and obs.kind in MODELS[m].kinds]
+    same_law = "mgc" in names and "cv_s" in _fixed(MODELS["mmc"], views.of("mmc"), **opts)[0]
+    if same_law:  # the same law twice: one fit (and no "indistinguishable" advice)
+        names.remove("mgc")
     table, fits = _compare(views, names, stat, opts)
     ok = table[table["aic"].notna()]
     if ok.empty:
@@ -713,6 +718,10 @@ def _fit_auto(views: _Views, stat: str, method: str, opts: dict) -> FitResult:
         res.notes.append(f"model chosen by AIC among {', '.join(ok.index)}")
     if why:
         res.notes.append(f"batching not considered: {'; '.join(why)}")
+    if same_law:
+        res.notes.append(
+            "mgc not ranked apart: with the service CV measured, mmc is the same M/G/c law"
+        )
     return res
 
 
@@ -752,7 +761,7 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
         # a queue's consecutive waits are correlated for longer than a level's batches can
         # see: refit with the model's own variance inflation as the floor
         problem = _Problem(model, floor, meth, stat, fixed)
-        est = _recalled(problem)
+        est = _recalled(problem, near=est)
     res = FitResult(problem, est, list(obs.notes) + notes + _misfit(problem, est.p))
     if model.family != "batch" or len(obs.levels) < 7:
         return res
