@@ -22,7 +22,7 @@ import numpy as np
 import llmlat
 from llmlat import _models, queueing
 from llmlat._summary import summarize
-from llmlat._synth import mgc_sweep, mmc_closed_requests, mmc_open_requests
+from llmlat._synth import batch_closed_requests, mgc_sweep, mmc_closed_requests, mmc_open_requests
 from llmlat.fitting import _estimate
 
 C, MU = 4, 2.0
@@ -75,7 +75,9 @@ def bench_typical() -> None:
     with near-constant service (CV 0.05, a llama.cpp server's), the same rates without a
     cap on near-constant servers (M/G/c), and near-constant service on 64 servers behind 128
     places (the dearest capped law: M/D/c/K chains of up to K + 16 states); and each mmc
-    fit's ``plan(p95=0.6)`` (services of 0.5 s)."""
+    fit's ``plan(p95=0.6)`` (services of 0.5 s). And a streamed closed sweep of a batching
+    server (32 slots, 9 levels of 100 requests up to N = 64: the live simulator's design in
+    ``tests/test_fitting_sim.py``), fitted with ``model="batch"`` (target 1 s) and auto."""
     rates = [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
     sweeps = [
         ("closed", mgc_sweep("concurrency", [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], MU, 16, seed=3)),
@@ -89,10 +91,15 @@ def bench_typical() -> None:
             mgc_sweep("rate", [4 * r for r in rates], MU, 64, cv_s=0.05, queue_cap=128, seed=5),
         ),
     ]
+    batch = batch_closed_requests(
+        [1, 2, 4, 8, 16, 24, 32, 48, 64], 32, 0.02, 0.001, 40, n=100, seed=3, warmup=0
+    )
+    sweeps.append(("batch", batch))
     for name, data in sweeps:
         base, _ = timed(lambda d=data: summarize(d))
         levels = data["level"].nunique()
-        for model, target in (("mmc", 1.0), ("auto", 3.0)):
+        first = "batch" if name == "batch" else "mmc"
+        for model, target in ((first, 1.0), ("auto", 3.0)):
             secs, res = timed(lambda m=model, d=data: llmlat.fit(d, model=m))
             plan = ""
             if model == "mmc":
@@ -101,7 +108,8 @@ def bench_typical() -> None:
             print(
                 f"  {name:8s} {model:5s} {len(data):>6,d} rows, {levels} levels  {secs:6.2f} s "
                 f"(target <= {target:g} s; {secs / base:.0f}x the summary's {base * 1e3:.0f} ms)"
-                f"  -> {res.model} c={res.params.get('c', float('nan')):g}{plan}"
+                f"  -> {res.model} {res._model.integer}="
+                f"{res.params.get(res._model.integer, float('nan')):g}{plan}"
             )
 
 

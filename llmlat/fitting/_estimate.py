@@ -770,8 +770,9 @@ def _profile(
     so none past such a point could be in either set, nor the best or its neighbour: the same
     best, set and plausible integers as from every point. The refining points of one step are
     3 or more apart (none another's start), and the cache's order, which decides ties between
-    two neighbours, is kept as a bottom-up search leaves it. ``starts``: integer -> a start known to lie near its optimum (a refit's
-    last optimum there), taken before any neighbour's.
+    two neighbours, is kept as a bottom-up search leaves it. ``starts``: integer -> a start
+    known to lie near its optimum (a refit's last optimum there), taken before any
+    neighbour's.
     """
     cache: dict[int, tuple] = {}
     starts = starts or {}
@@ -1040,14 +1041,14 @@ def _estimate(problem: _Problem, candidates=None, near: _Estimate | None = None)
     else:
         lo, hi = model.int_range(problem.obs)
         if problem.method == "ml" and candidates is None:
-            if near is None:
+            if near is None or near.k is None:
                 # cheap per-level profile first, then a short walk on the full likelihood
                 coarse_prob = _Problem(model, problem.all, "wls", "mean", problem.fixed)
                 coarse = _profile(coarse_prob, lo, hi)
                 k0 = max(coarse, key=lambda j: coarse[j][1])
                 starts = {j: v[0] for j, v in coarse.items()}
             else:
-                k0, starts = int(near.k), near.thetas
+                k0, starts = near.k, near.thetas
             # saturation is judged on the full likelihood (the walk reaches hi when it must)
             cache = _walk(problem, k0, lo, hi, starts)
         else:
