@@ -127,10 +127,13 @@ def test_auto_ranks_the_measured_service_law_once():
     assert any("mgc not ranked apart" in n for n in res.notes)
     same = llmlat.fit(data, model="mgc")
     assert res.params.to_numpy() == pytest.approx(same.params.to_numpy(), rel=1e-9)
-    # exponential service: mmc keeps its exponential law, and mgc is ranked beside it
+    # exponential service: mmc keeps its exponential law, and mgc is ranked beside it; as
+    # close, it is told apart by its law, not by levels to add
     exp = llmlat.fit(mgc_sweep("rate", RATES, MU, C, seed=SEEDS[0]))
     assert not any("mgc not ranked apart" in n for n in exp.notes)
-    assert any("among mmc, mgc" in n for n in exp.notes)
+    assert exp.indistinguishable == ["mgc"]
+    note = next(n for n in exp.notes if "among mmc, mgc" in n)
+    assert "differ only in the service law" in note and "levels" not in note
 
 
 def test_a_filling_capped_queue_is_transient_up_to_its_first_refusal():

@@ -708,9 +708,20 @@ def _fit_auto(views: _Views, stat: str, method: str, opts: dict) -> FitResult:
             "grows with the batch under batching, not with c servers) or measure more levels "
             "below the knee to tell them apart"
         )
-    if close:
+    # mmc on an exponential-looking service against mgc with its measured CV: the same
+    # curve but for that CV, which no level around the knee tells apart
+    law = [m for m in close if {m, best} == {"mmc", "mgc"}]
+    if law:
+        cv = fits["mgc"]._problem.fixed["cv_s"]
         res.notes.append(
-            f"model chosen by AIC among {', '.join(ok.index)}, but {', '.join(close)} fit "
+            f"model chosen by AIC among {', '.join(ok.index)}, but {law[0]} fits these data "
+            f"about as well (AIC within 2): mmc and mgc differ only in the service law, and "
+            f"the CV mgc takes from the lightest level ({cv:.2g}) is an exponential "
+            "service's, which mmc assumes: either serves"
+        )
+    if other := [m for m in close if m not in law]:
+        res.notes.append(
+            f"model chosen by AIC among {', '.join(ok.index)}, but {', '.join(other)} fit "
             "these data about as well (AIC within 2): indistinguishable here; measure more "
             "levels around the knee to tell them apart"
         )
