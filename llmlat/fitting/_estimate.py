@@ -896,6 +896,12 @@ def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
         if k < best and cache[k][1] < _far(problem, cache):
             return int(k) - 1
     if cache:
+        # the profile still rising at the last sparse point: the integers between it and the
+        # close ones first, from the top (where the best often lies, which sets _far's level:
+        # an open sweep's c = 16 lies between 14 and 17, and without it c = 3-12 were fitted)
+        if 0 < sparse < len(grid) and max(cache, key=lambda j: cache[j][1]) == grid[sparse]:
+            for k in range(int(grid[sparse]) - 1, int(grid[sparse - 1]), -1):
+                ev(k)
         for k in grid[:sparse][::-1]:
             if ev(int(k)) < _far(problem, cache):
                 return int(k) - 1
