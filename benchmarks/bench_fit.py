@@ -6,8 +6,7 @@ a closed-loop sweep (5 concurrency levels, no think time) for ``mm1``, ``mmc``, 
 (``datasets/``) for the batch fit and ``auto``. Each fit is timed once after a warm-up
 fit on small data (imports and caches excluded), with no estimate remembered from an earlier
 fit of the same data (``llmlat.fitting._estimate._MEMO``: a refit is a lookup) nor any state
-solved for it (:data:`_DATA_CACHES`). Target: a
-million rows in under 5 s.
+solved for it (:data:`_DATA_CACHES`). Target: a million rows in under 5 s.
 
     .venv/bin/python benchmarks/bench_fit.py [--rows 10000 1000000]
 """

@@ -353,6 +353,10 @@ def test_the_narrowed_profile_keeps_the_sets():
         )
         return _estimate._profile(problem, 1, 192)
 
+    def ends(prof, level):
+        kept = [k for k, v in prof.items() if v[1] >= level]
+        return min(kept), max(kept)
+
     left_out = 0
     for peak, width, fixed in itertools.product(
         range(1, 192, 4), (0.01, 0.05, 0.3), ({"k_sys": 192}, {})
@@ -362,11 +366,6 @@ def test_the_narrowed_profile_keeps_the_sets():
         # past the grid's points, only the gap it fills above the close ones
         assert len(set(narrow) - set(full)) <= 3
         best = max(v[1] for v in full.values())
-
-        def ends(prof, level):
-            kept = [k for k, v in prof.items() if v[1] >= level]
-            return min(kept), max(kept)
-
         # the 99% set's ends, each found by bisection; the plausible set is what a search
         # evaluated within 10 of the best, which depends on its path: the narrowed one's
         # reaches at least as far

@@ -899,7 +899,7 @@ def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
         # the profile still rising at the last sparse point: the integers between it and the
         # close ones first, from the top (where the best often lies, which sets _far's level:
         # an open sweep's c = 16 lies between 14 and 17, and without it c = 3-12 were fitted)
-        if 0 < sparse < len(grid) and max(cache, key=lambda j: cache[j][1]) == grid[sparse]:
+        if sparse > 0 and max(cache, key=lambda j: cache[j][1]) == grid[sparse]:
             for k in range(int(grid[sparse]) - 1, int(grid[sparse - 1]), -1):
                 ev(k)
         for k in grid[:sparse][::-1]:
@@ -1291,8 +1291,9 @@ def _statsmodels_fit(problem: _Problem, theta: np.ndarray, k, llf: float):
             except ValueError:  # singular Hessian: a parameter the data do not pin down
                 cov = None
         full = np.asarray(res.params)
-        # the polish is unconstrained: a step out of the box (e.g. join_steps > 1 step) is
-        # refused, and the curvature at the bounded optimum taken instead
+        # the polish is unconstrained: a step out of the box (e.g. an open queue's mu past its
+        # stability edge, or a think time past its range) is refused, and the curvature at the
+        # bounded optimum taken instead
         outside = np.any((full[:n] < lower - 1e-9) | (full[:n] > upper + 1e-9))
         if not np.isfinite(res.llf) or res.llf < llf - 1e-6 or outside:
             full, cov = start, _inverse_curvature(mod, start)
