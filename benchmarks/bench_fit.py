@@ -17,9 +17,11 @@ import argparse
 import time
 
 import numpy as np
+import pandas as pd
 
 import llmlat
 from llmlat import _models, queueing
+from llmlat._loadshapes import default_length
 from llmlat._summary import summarize
 from llmlat._synth import batch_closed_requests, mgc_sweep, mmc_closed_requests, mmc_open_requests
 from llmlat.fitting import _estimate
@@ -75,8 +77,8 @@ def bench_typical() -> None:
     cap on near-constant servers (M/G/c), and near-constant service on 64 servers behind 128
     places (the dearest capped law: M/D/c/K chains of up to K + 16 states); and each mmc
     fit's ``plan(p95=0.6)`` (services of 0.5 s). And a streamed closed sweep of a batching
-    server (32 slots, 9 levels of 100 requests up to N = 64: the live simulator's design in
-    ``tests/test_fitting_sim.py``), fitted with ``model="batch"`` (target 1 s) and auto."""
+    server (32 slots, 9 levels up to N = 64 at the default lengths, max(100, 10 N) requests),
+    fitted with ``model="batch"`` (target 1 s) and auto."""
     rates = [f * 16 * MU for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
     sweeps = [
         ("closed", mgc_sweep("concurrency", [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], MU, 16, seed=3)),
@@ -90,10 +92,13 @@ def bench_typical() -> None:
             mgc_sweep("rate", [4 * r for r in rates], MU, 64, cv_s=0.05, queue_cap=128, seed=5),
         ),
     ]
-    batch = batch_closed_requests(
-        [1, 2, 4, 8, 16, 24, 32, 48, 64], 32, 0.02, 0.001, 40, n=100, seed=3, warmup=0
-    )
-    sweeps.append(("batch", batch))
+    batch = [
+        batch_closed_requests(
+            [n], 32, 0.02, 0.001, 40, n=default_length("concurrency", n)[0], seed=n, warmup=0
+        )
+        for n in (1, 2, 4, 8, 16, 24, 32, 48, 64)
+    ]
+    sweeps.append(("batch", pd.concat(batch, ignore_index=True)))
     for name, data in sweeps:
         base, _ = timed(lambda d=data: summarize(d))
         levels = data["level"].nunique()

@@ -16,6 +16,7 @@ import pandas as pd
 from llmlat import stats
 
 __all__ = [
+    "NO_STEADY",
     "QUANTILES",
     "Observed",
     "finite_or",
@@ -33,6 +34,9 @@ QUANTILES: dict[str, float | None] = {
     k: v for k, v in stats.QUANTILES.items() if k in ("mean", "p50", "p95", "p99")
 }
 _Z = 1.959963984540054
+
+#: why a level was left out when it was answered but kept nothing past its start-up
+NO_STEADY = "no steady state"
 
 
 @dataclass
@@ -206,7 +210,16 @@ def _from_requests(
     dropped = {} if kind == "rate" else {float(v): "refused (429) or retried" for v in refused}
     levels = np.unique(lv_all[ok & steady])
     for v in np.setdiff1d(np.setdiff1d(np.unique(lv_all), levels), refused):
-        why = "no successful request" if not (ok & (lv_all == v)).any() else "no steady state"
+        at = lv_all == v
+        # answered (so timed): nothing in the steady window, a level too short for its
+        # start-up (or, the batch fit's, for its start-up and drain, left out by the caller)
+        why = (
+            "no successful request"
+            if not (answered & at).any()
+            else NO_STEADY
+            if metric == "latency" or (ok & at).any()
+            else f"no {col} value"
+        )
         dropped[float(v)] = why
         notes.append(f"level {v:g} left out: {why}")
     ok &= steady

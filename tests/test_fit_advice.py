@@ -135,3 +135,32 @@ def test_open_advice_asks_enough_of_the_two_levels_that_pin_c():
     spread = float(res.params["c"]) * np.sqrt(var / n)
     assert spread <= 0.5 / stats.norm.ppf(0.99) * 1.05
     assert n < 3 * 12_263  # not far past what it needs
+
+
+def test_batching_levels_too_short_for_a_steady_state_are_asked_again_longer():
+    from llmlat._synth import batch_closed_requests
+
+    def sweep(lengths: dict[int, int]) -> pd.DataFrame:
+        parts = [
+            batch_closed_requests([n], 32, 0.02, 0.001, 40, n=m, seed=n, warmup=0)
+            for n, m in lengths.items()
+        ]
+        return pd.concat(parts, ignore_index=True)
+
+    short = {n: 100 for n in (1, 2, 4, 8, 16, 24, 32, 48, 64)}
+    res = llmlat.fit(sweep(short), model="batch")
+    # 100 sends at 48 and 64 clients: the start-up and the drain are all of them; answered
+    # requests, so not "no successful request"
+    assert res.left_out == {48.0: "no steady state", 64.0: "no steady state"}
+    assert not res.capacity_identified
+    rows = res.next_levels().query("param == 'slots'")
+    assert sorted(rows["level"]) == [48, 64]
+    assert (rows["requests"] > 2 * rows["level"]).all() and (rows["requests"] > 100).all()
+    note = res.unidentified["slots"]
+    assert "concurrency 48 and 64 again with about" in note
+    assert any("levels 48, 64 kept none outside their start-up and drain" in n for n in res.notes)
+    # measured as asked, they pin the cap
+    asked = dict(zip(rows["level"].astype(int), rows["requests"].astype(int), strict=True))
+    again = llmlat.fit(sweep({**short, **asked}), model="batch")
+    assert not again.left_out
+    assert tuple(again.conf_int().loc["slots"]) == (32, 32)

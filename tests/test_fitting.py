@@ -414,13 +414,20 @@ def test_throughput_is_the_summary_steady_window_rate():
     assert res.levels.loc[16.0, "throughput_rps"] == pytest.approx(8.0, rel=0.05)
 
 
-@pytest.mark.parametrize("method", ["wls", "ml"])
-def test_a_refit_started_near_another_estimate_finds_the_same_optimum(method):
+@pytest.mark.parametrize(
+    ("method", "cap"), [("wls", None), ("ml", None), ("wls", 8)], ids=["wls", "ml", "wls-capped"]
+)
+def test_a_refit_started_near_another_estimate_finds_the_same_optimum(method, cap):
     # the refit with a variance-inflation floor starts from the first fit's optima (and
-    # maximum likelihood walks from its integer): the same estimate and profile as a cold one
+    # maximum likelihood walks from its integer, least squares takes it first): the same
+    # estimate and profile as a cold one. Behind a cap of 8 places the grid of c is all close
     import llmlat.fitting._estimate as estimate
 
-    data = mmc_open_requests([f * 4 * 2.0 for f in (0.3, 0.6, 0.8, 0.9)], 2.0, 4, n=400, seed=3)
+    rates = [f * 4 * 2.0 for f in (0.3, 0.6, 0.8, 0.9, 1.2)]
+    if cap is None:
+        data = mmc_open_requests(rates[:4], 2.0, 4, n=400, seed=3)
+    else:
+        data = mgc_sweep("rate", rates, 2.0, 4, queue_cap=cap, seed=3)
     problem = fit(data, model="mmc", method=method)._problem
     other = fit(data.assign(latency_s=data["latency_s"] * 1.05), model="mmc", method=method)
     cold = estimate._estimate(problem)
@@ -444,9 +451,9 @@ def test_a_refit_of_the_same_data_is_recalled_and_its_own_copy(monkeypatch):
     computed = []
     compute = estimate._estimate
 
-    def counted(problem, candidates=None, near=None):
+    def counted(problem, candidates=None, near=None, **kwargs):
         computed.append(problem.model.name)
-        return compute(problem, candidates, near)
+        return compute(problem, candidates, near, **kwargs)
 
     monkeypatch.setattr(estimate, "_estimate", counted)
     req = mmc_closed_requests([1, 2, 4, 8], mu=2.0, c=2, n=200, seed=11)
@@ -468,6 +475,35 @@ def test_a_refit_of_the_same_data_is_recalled_and_its_own_copy(monkeypatch):
     kept = list(estimate._MEMO)
     first.conf_int(method="bootstrap", n_boot=10, seed=1)
     assert list(estimate._MEMO) == kept
+
+
+def test_auto_profiles_no_problem_twice(monkeypatch):
+    # auto ranks mmc by least squares, then refits it by maximum likelihood, which starts
+    # from that same least-squares profile: recalled, not profiled again; and the answer is
+    # fit(model="mmc")'s
+    from collections import OrderedDict
+
+    import llmlat.fitting._estimate as estimate
+
+    data = mmc_closed_requests([1, 2, 4, 8, 12, 16, 24], mu=2.0, c=8, n=200, seed=5)
+    monkeypatch.setattr(estimate, "_MEMO", OrderedDict())
+    keys = []
+    profile = estimate._profile
+
+    def counted(problem, *args, **kwargs):
+        # a whole profile: no candidates, no refit's starts
+        if all(a is None for a in (*args[2:], *kwargs.values())):
+            keys.append(estimate._problem_key(problem))
+        return profile(problem, *args, **kwargs)
+
+    monkeypatch.setattr(estimate, "_profile", counted)
+    auto = fit(data)
+    assert auto.model == "mmc" and auto.method == "ml"
+    assert keys and len(keys) == len(set(keys))
+    monkeypatch.setattr(estimate, "_MEMO", OrderedDict())
+    alone = fit(data, model="mmc")
+    pd.testing.assert_series_equal(auto.params, alone.params)
+    pd.testing.assert_frame_equal(auto.conf_int(), alone.conf_int())
 
 
 def test_maximum_likelihood_on_binned_times_matches_every_time(monkeypatch):

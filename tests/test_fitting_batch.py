@@ -412,3 +412,44 @@ def test_a_join_wait_on_an_end_of_its_range_gets_a_one_sided_interval(join_steps
     # the plan's slow end: one whole step, whatever the estimate
     slow = res._pessimistic()
     assert all(p["join_steps"] == pytest.approx(upper) for p in slow)
+
+
+@pytest.mark.parametrize("power", [1.0, 1.6])
+def test_the_free_exponent_is_climbed_to_and_fitted_whole_only_where_it_pays(power):
+    # fit(model="batch") asks whether the free step-time exponent lowers AIC by 2 of its
+    # profile climbed from the linear form's cap (7 of 30 integers): the climbed AIC is the
+    # whole profile's, and a step time of batch^1.6 takes the free form
+    from llmlat.fitting._estimate import _estimate, _Problem, climbed_aic
+    from llmlat.fitting._fit import _fixed
+
+    levels = [1, 2, 4, 8, 16, 24, 32, 48, 64]
+    parts = [
+        batch_closed_requests(
+            [v],
+            32,
+            T0,
+            T1,
+            40,
+            n=default_length("concurrency", v)[0],
+            seed=v,
+            warmup=0,
+            step_s=lambda b: T0 + T1 * b**power,
+        )
+        for v in levels
+    ]
+    data = pd.concat(parts, ignore_index=True)
+    res = fit(data, model="batch")
+    linear = fit(data, model="batch", gamma=1.0)
+    obs = res._problem.all
+    fixed, _ = _fixed(MODELS["batch"], obs, think_s=None, tokens=None, gamma=None, cv_s=None)
+    problem = _Problem(MODELS["batch"], obs, "wls", "mean", fixed)
+    whole = _estimate(problem)
+    aic = -2 * whole.llf + 2 * problem.df_model(whole.theta)
+    assert climbed_aic(problem, int(linear.params["slots"])) == pytest.approx(aic, abs=1e-4)
+    curved = aic < linear.aic - 2
+    assert curved == (power != 1.0)
+    assert ("gamma" in res.params) == curved
+    if curved:
+        assert res.params["gamma"] == pytest.approx(power, rel=0.05)
+        assert res.params["slots"] == 32
+        assert any("step time grows as batch^" in n for n in res.notes)

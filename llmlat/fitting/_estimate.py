@@ -8,7 +8,9 @@ import pickle
 import threading
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -393,6 +395,13 @@ class _Problem:
         """Least-squares scales estimated (log scale, last in the statsmodels parameters)."""
         return 2 if self.n_itl else 1
 
+    def df_model(self, theta: np.ndarray) -> int:
+        """Count the parameters the AIC charges a full estimate ``theta`` (statsmodels').
+
+        The integer too, and not the step times' scale (:meth:`llf_reported` leaves them out).
+        """
+        return len(theta) - (self.n_scales - 1) + (self.model.integer is not None)
+
     def llf_reported(self, theta: np.ndarray, k: int | None) -> float:
         """Log-likelihood of the latency data alone, comparable with other models' (AIC)."""
         full = self.llf_exact(theta, k)
@@ -753,7 +762,12 @@ def _bin_times(obs: Observed) -> tuple[Observed, np.ndarray]:
 
 
 def _profile(
-    problem: _Problem, lo: int, hi: int, candidates=None, starts: dict | None = None
+    problem: _Problem,
+    lo: int,
+    hi: int,
+    candidates=None,
+    starts: dict | None = None,
+    first: int | None = None,
 ) -> dict[int, tuple]:
     """Maximise over the continuous parameters at each integer; coarse-to-fine search.
 
@@ -768,11 +782,15 @@ def _profile(
     last one's block weights: the grid is taken bottom up. The
     profile rises to its best and falls after it (the bisection for its edges takes it so too),
     so none past such a point could be in either set, nor the best or its neighbour: the same
-    best, set and plausible integers as from every point. The refining points of one step are
-    3 or more apart (none another's start), and the cache's order, which decides ties between
-    two neighbours, is kept as a bottom-up search leaves it. ``starts``: integer -> a start
-    known to lie near its optimum (a refit's last optimum there), taken before any
-    neighbour's.
+    best, set and plausible integers as from every point. Away from a cap the refining points
+    of one step are 3 or more apart (none another's start); behind one the last steps'
+    neighbouring integers go outward from the best too, each started from the one inside it
+    (all of them took 14 of 34 optimisations at c = 64). The cache's order, which decides
+    ties between two neighbours, is kept as a bottom-up search leaves it. ``starts``:
+    integer -> a start known to lie near its optimum (a refit's last optimum there), taken
+    before any neighbour's. ``first``: an integer taken before the grid (a refit's last best):
+    its level sets :func:`_far`'s from the outset, so the descent stops at the first integer
+    under it (a refit at c = 64 took 17 integers, now 9).
     """
     cache: dict[int, tuple] = {}
     starts = starts or {}
@@ -791,6 +809,8 @@ def _profile(
     grid = np.unique(np.round(np.geomspace(lo, hi, 24)).astype(int)) if hi > lo else np.array([lo])
     capped = "k_sys" in problem.fixed
     batch = problem.model.family == "batch"
+    if first is not None:
+        ev(first)
     # integers up to ``below`` and from ``beyond`` on lie under _far's level: left out
     # with step times each fit starts from the last one's block weights: kept bottom up
     below = _descend(problem, ev, cache, grid) if not problem.n_itl else lo - 1
@@ -812,7 +832,7 @@ def _profile(
             break
         step = max(1, len(todo) // 8)
         points = todo[::step]
-        if not capped or step < 3:
+        if not capped:
             for k in points:
                 ev(k)
             continue
@@ -895,7 +915,7 @@ def _descend(problem: _Problem, ev, cache: dict, grid: np.ndarray) -> int:
         best = max(cache, key=lambda j: cache[j][1])
         if k < best and cache[k][1] < _far(problem, cache):
             return int(k) - 1
-    if cache:
+    if sparse < len(grid):
         # the profile still rising at the last sparse point: the integers between it and the
         # close ones first, from the top (where the best often lies, which sets _far's level:
         # an open sweep's c = 16 lies between 14 and 17, and without it c = 3-12 were fitted)
@@ -958,17 +978,7 @@ def _walk(problem: _Problem, k0: int, lo: int, hi: int, starts: dict) -> dict[in
             )
         return cache[k][1]
 
-    for k in (k0 - 1, k0, k0 + 1):
-        if lo <= k <= hi:
-            ev(k)
-    while True:
-        best = max(cache, key=lambda k: cache[k][1])
-        nxt = [k for k in (best - 1, best + 1) if lo <= k <= hi and k not in cache]
-        if not nxt:
-            break
-        for k in nxt:
-            ev(k)
-    best = max(cache, key=lambda k: cache[k][1])
+    best = _climb(ev, cache, k0, lo, hi)
     cut = cache[best][1] - 3.0
     for direction in (-1, 1):
         k = best
@@ -984,11 +994,67 @@ def _walk(problem: _Problem, k0: int, lo: int, hi: int, starts: dict) -> dict[in
     return cache
 
 
-#: The last estimates, by everything their problem holds: ``fit``, ``compare`` and
-#: ``model="auto"`` on one data set each estimate the same models (a batch fit takes seconds),
-#: and a notebook or a report asks all three. An estimate is a function of its problem (the
-#: optimiser takes the same path each time), so one made before is the answer.
-_MEMO: OrderedDict[bytes, tuple[_Estimate, np.ndarray]] = OrderedDict()
+def _climb(ev, cache: dict, k0: int, lo: int, hi: int) -> int:
+    """Climb the profile from ``k0`` to a local maximum; return its integer.
+
+    ``k0`` and its neighbours first (``k0`` first: started from its optimum, they reach
+    their own where a default start can stall below it), then the better neighbour's until
+    neither is better.
+    """
+    for k in (k0, k0 - 1, k0 + 1):
+        if lo <= k <= hi:
+            ev(k)
+    while True:
+        best = max(cache, key=lambda k: cache[k][1])
+        nxt = [k for k in (best - 1, best + 1) if lo <= k <= hi and k not in cache]
+        if not nxt:
+            return best
+        for k in nxt:
+            ev(k)
+
+
+def climbed_aic(problem: _Problem, k0: int) -> float:
+    """Return the AIC of ``problem`` at the best integer a hill climb from ``k0`` reaches.
+
+    :func:`_estimate`'s AIC where the climb reaches the profile's best, for a fraction of its
+    evaluations: whether a richer form could earn its parameter is asked of this before it is
+    fitted whole (a streamed batching sweep's free step-time exponent, from the linear form's
+    slot cap: 7-10 integers of 30). Never below :func:`_estimate`'s: a climb that stalls
+    short of the best tells against the richer form.
+    """
+    lo, hi = problem.model.int_range(problem.obs)
+    cache: dict[int, tuple] = {}
+
+    def ev(k: int) -> float:
+        if k not in cache:
+            near = min(cache, key=lambda j: abs(j - k)) if cache else None
+            cache[k] = problem.optimise(k, cache[near][0] if near is not None else None)
+        return cache[k][1]
+
+    k = _climb(ev, cache, min(max(k0, lo), hi), lo, hi)
+    theta, llf = _settled(problem, k, *cache[k])
+    theta_full = _statsmodels_fit(problem, theta, k, llf)[0]
+    return -2.0 * problem.llf_reported(theta_full, k) + 2.0 * problem.df_model(theta_full)
+
+
+def _settled(problem: _Problem, k, theta: np.ndarray, llf: float) -> tuple[np.ndarray, float]:
+    """Return the answer's optimum at integer ``k`` from its profile optimum ``(theta, llf)``.
+
+    With step times the search settles the block weights to 5%, so its optimum depends on
+    where it came from (t1 0.3% apart on the InferenceX table): the answer settles them fully.
+    """
+    if not problem.n_itl:
+        return theta, llf
+    theta, llf = problem._optimise_from(k, theta, 4.0, 1e-6, settle=1e-6)[:2]
+    return theta, llf
+
+
+#: The last estimates and profiles, by everything their problem holds: ``fit``, ``compare``
+#: and ``model="auto"`` on one data set each estimate the same models (a batch fit takes
+#: seconds), and a notebook or a report asks all three; a maximum-likelihood fit starts from
+#: the least-squares profile that ``auto`` ranked the models by. An estimate is a function of
+#: its problem (the optimiser takes the same path each time), so one made before is the answer.
+_MEMO: OrderedDict[bytes, tuple[Any, np.ndarray]] = OrderedDict()
 _MEMO_SIZE = 32
 _MEMO_LOCK = threading.Lock()
 #: what an estimate changes on its problem: the block weights its optimum settled
@@ -1005,40 +1071,61 @@ def _problem_key(problem: _Problem) -> bytes | None:
     return hashlib.blake2b(blob, digest_size=20).digest()
 
 
+def _remembered(problem: _Problem, what: bytes, compute: Callable[[], Any]) -> Any:
+    """Return ``compute()``, the ``what`` of ``problem``, or a copy of an equal problem's.
+
+    Recalled from :data:`_MEMO`, with the block weights it left set again.
+    """
+    key = _problem_key(problem)
+    hit = None
+    if key is not None:
+        key = what + key
+        with _MEMO_LOCK:
+            hit = _MEMO.get(key)
+            if hit is not None:
+                _MEMO.move_to_end(key)
+    if hit is not None:
+        value, weight = hit
+        problem._weight = weight.copy()
+        return copy.deepcopy(value)
+    value = compute()
+    if key is not None:
+        with _MEMO_LOCK:
+            _MEMO[key] = (copy.deepcopy(value), np.array(problem._weight, copy=True))
+            while len(_MEMO) > _MEMO_SIZE:
+                _MEMO.popitem(last=False)
+    return value
+
+
 def _recalled(problem: _Problem, near: _Estimate | None = None) -> _Estimate:
     """:func:`_estimate` of ``problem``, recalled when an equal problem was estimated lately.
 
     For the fits a user asks for; a bootstrap's resampled problems come once each and would
     only push those out. ``near``: as :func:`_estimate`'s.
     """
-    key = _problem_key(problem)
-    hit = None
-    if key is not None:
-        with _MEMO_LOCK:
-            hit = _MEMO.get(key)
-            if hit is not None:
-                _MEMO.move_to_end(key)
-    if hit is not None:
-        est, weight = hit
-        problem._weight = weight.copy()
-        return copy.deepcopy(est)
-    est = _estimate(problem, near=near)
-    if key is not None:
-        with _MEMO_LOCK:
-            _MEMO[key] = (copy.deepcopy(est), np.array(problem._weight, copy=True))
-            while len(_MEMO) > _MEMO_SIZE:
-                _MEMO.popitem(last=False)
-    return est
+    return _remembered(problem, b"estimate", lambda: _estimate(problem, near=near, remember=True))
 
 
-def _estimate(problem: _Problem, candidates=None, near: _Estimate | None = None) -> _Estimate:
+def _estimate(
+    problem: _Problem,
+    candidates=None,
+    near: _Estimate | None = None,
+    remember: bool = False,
+) -> _Estimate:
     """Best integer and continuous parameters of ``problem``, its profile and covariance.
 
     ``candidates``: the integers to profile (all worth it if None). ``near``: an estimate of
     the same data with other weights (a refit with a floor on the variance inflation): the
     search starts at each integer from its optimum there, and maximum likelihood walks from
-    its best integer (a third of the evaluations).
+    its best integer (a third of the evaluations). ``remember``: keep a whole profile for
+    an equal problem's next estimate (:data:`_MEMO`; a user's fits, not a bootstrap's).
     """
+
+    def profiled(prob: _Problem) -> dict[int, tuple]:
+        if not remember:
+            return _profile(prob, lo, hi)
+        return _remembered(prob, b"profile", lambda: _profile(prob, lo, hi))
+
     model = problem.model
     if model.integer is None:
         theta, llf = problem.optimise(None)
@@ -1050,7 +1137,7 @@ def _estimate(problem: _Problem, candidates=None, near: _Estimate | None = None)
             if near is None or near.k is None:
                 # cheap per-level profile first, then a short walk on the full likelihood
                 coarse_prob = _Problem(model, problem.all, "wls", "mean", problem.fixed)
-                coarse = _profile(coarse_prob, lo, hi)
+                coarse = profiled(coarse_prob)
                 k0 = max(coarse, key=lambda j: coarse[j][1])
                 starts = {j: v[0] for j, v in coarse.items()}
             else:
@@ -1058,15 +1145,15 @@ def _estimate(problem: _Problem, candidates=None, near: _Estimate | None = None)
             # saturation is judged on the full likelihood (the walk reaches hi when it must)
             cache = _walk(problem, k0, lo, hi, starts)
         else:
-            cache = _profile(problem, lo, hi, candidates, near.thetas if near else None)
+            cache = (
+                profiled(problem)
+                if candidates is None and near is None
+                else _profile(problem, lo, hi, candidates, *((near.thetas, near.k) if near else ()))
+            )
         k = max(cache, key=lambda j: cache[j][1])
         if candidates is None:
             _check_saturation(model, problem.all, cache, hi)
-        theta, llf = cache[k]
-        if problem.n_itl:
-            # the search settles the block weights to 5%, so its optimum depends on where it
-            # came from (t1 0.3% apart on the InferenceX table): the answer settles them fully
-            theta, llf = cache[k] = problem._optimise_from(k, theta, 4.0, 1e-6, settle=1e-6)[:2]
+        theta, llf = cache[k] = _settled(problem, k, *cache[k])
         prof = {j: v[1] for j, v in sorted(cache.items())}
     theta_full, cov, llf = _statsmodels_fit(problem, theta, k, llf)
     if k is not None:

@@ -12,7 +12,7 @@ from scipy import optimize, stats
 from statsmodels.iolib.summary2 import Summary
 
 from llmlat import queueing
-from llmlat._aggregate import QUANTILES, resample
+from llmlat._aggregate import NO_STEADY, QUANTILES, resample
 from llmlat._models import Model
 from llmlat._notice import and_list as _and
 from llmlat.fitting._estimate import (
@@ -160,8 +160,7 @@ class FitResult:
         )
         self.scale = float(np.exp(est.theta[nfree])) if pr.method == "wls" else np.nan
         self.llf, self.nobs = est.llf, pr.nobs
-        # llf is the latency's alone (the step times' scale is not in it)
-        self.df_model = len(est.theta) - (pr.n_scales - 1) + (m.integer is not None)
+        self.df_model = pr.df_model(est.theta)
         self.aic = -2 * self.llf + 2 * self.df_model
         self.bic = -2 * self.llf + np.log(self.nobs) * self.df_model
         self.capacity_rps = m.capacity(est.p)
@@ -435,6 +434,19 @@ class FitResult:
         n = self._measured(top)
         return _round_up(n * level / top if self.kind == "concurrency" else n)
 
+    def _length_again(self, level: float) -> float:
+        """Return the requests a level left out for want of a steady state should hold.
+
+        A closed level loses its start-up (one round of N) and about a round of drain
+        whatever its length; past them it needs a steady part as long as the top kept level's
+        (per client). An open level: twice the top level's.
+        """
+        if self.kind != "concurrency":
+            return _round_up(2 * self._length(level))
+        lv = self._problem.obs.levels
+        top = lv.loc[lv["level"].idxmax()]
+        return _round_up(2 * level + float(top["n"]) * level / float(top["level"]))
+
     def _growth(self) -> float:
         """How many times longer the levels must run for the integer to come out exact.
 
@@ -677,12 +689,25 @@ class FitResult:
                     "time of a full batch pins the cap"
                 )
             elif self._lower_bound:
-                why = "until throughput stops growing"
-                rows = [self._ask(m.integer, v, self._length(v), why) for v in (2 * top, 4 * top)]
+                # levels measured above but too short to keep a steady state: those, longer
+                short = sorted(v for v, r in pr.all.dropped.items() if v > top and r == NO_STEADY)
+                if short:
+                    why = "a steady state past its start-up"
+                    rows = [self._ask(m.integer, v, self._length_again(v), why) for v in short[:2]]
+                    sizes = _and((r["requests"] for r in rows), ",.0f")
+                    todo = (
+                        f"measure {what} {_and(r['level'] for r in rows)} again with about "
+                        f"{sizes} requests ({why}; left out without one)"
+                    )
+                else:
+                    why = "until throughput stops growing"
+                    rows = [
+                        self._ask(m.integer, v, self._length(v), why) for v in (2 * top, 4 * top)
+                    ]
+                    todo = f"measure at {what} {_and(r['level'] for r in rows)} {why}"
                 out[m.integer] = (
                     f"{label} not identified: the data only say {m.integer} >= {a:g} (no "
-                    f"saturation up to {top:g}); measure at {what} "
-                    f"{_and(r['level'] for r in rows)} {why}"
+                    f"saturation up to {top:g}); {todo}"
                 )
             elif self.kind == "concurrency" and len(above) < 2 and not pr.queue_shows(above):
                 shown = ", ".join(f"{x:g}" for x in above) or "none"
