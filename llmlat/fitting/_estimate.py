@@ -984,13 +984,20 @@ def _golden(ev, cache: dict) -> None:
 
 
 def _walk(problem: _Problem, k0: int, lo: int, hi: int, starts: dict) -> dict[int, tuple]:
-    """Hill-climb the integer from ``k0`` (used for maximum likelihood, where a fit is dear)."""
+    """Hill-climb the integer from ``k0`` (used for maximum likelihood, where a fit is dear).
+
+    Each integer's rough optimum starts from ``starts`` (integer -> a start near it), else
+    from a neighbour's optimum (a step in the integer moves it little: 9 evaluations where
+    the default start took 15); those that could decide the interval on the integer are
+    polished (:func:`_polished`).
+    """
     cache: dict[int, tuple] = {}
 
     def ev(k: int) -> float:
         if k not in cache:  # a rough optimum first: enough to rank the integers
+            start = starts.get(k, next((cache[j][0] for j in (k - 1, k + 1) if j in cache), None))
             cache[k] = problem.optimise(
-                k, starts.get(k), width=0.3 if k in starts else 4.0, xatol=1e-3
+                k, start, width=0.3 if start is not None else 4.0, xatol=1e-3
             )
         return cache[k][1]
 
@@ -1006,8 +1013,38 @@ def _walk(problem: _Problem, k0: int, lo: int, hi: int, starts: dict) -> dict[in
         # polish where the rough value could change the interval on the integer; the best
         # one is polished by statsmodels
         if k != best and abs(llf - edge) < 5:
-            cache[k] = problem.optimise(k, theta, width=0.01)
+            cache[k] = _polished(problem, k, theta, llf)
     return cache
+
+
+#: :func:`_polished`'s steps: the rough optimum's tolerance (:func:`_walk`'s ``xatol``), then
+#: a tenth of it around the first vertex
+_POLISH_STEPS = (1e-3, 1e-4)
+
+
+def _polished(problem: _Problem, k: int, theta: np.ndarray, llf: float) -> tuple:
+    """Return the optimum at ``k`` near the rough one ``(theta, llf)`` of one parameter.
+
+    The vertex of the parabola through the point and one step either side, twice (steps of
+    1e-3, the rough tolerance, then 1e-4): the log-likelihood is smooth, so the second
+    vertex is within ~1e-7 of the optimum (the bounded search to 1e-6 it replaces took 13-15
+    evaluations, this 6). Where three points do not bracket a maximum, or the stability
+    edge is within a step: that search.
+    """
+    if len(theta) != 1:
+        return problem.optimise(k, theta, width=0.01)
+    best = (theta, llf)
+    for h in _POLISH_STEPS:
+        x, f0 = float(best[0][0]), best[1]
+        if x - h <= problem.lower_bound(k):
+            return problem.optimise(k, theta, width=0.01)
+        down, up = (problem.llf(np.array([x + d]), k) for d in (-h, h))
+        bend = down + up - 2.0 * f0
+        if not (bend < 0.0 and max(down, up) <= f0):
+            return problem.optimise(k, theta, width=0.01)
+        v = np.array([x + h * (down - up) / (2.0 * bend)])
+        best = max([(v, problem.llf(v, k)), best], key=lambda t: t[1])
+    return best
 
 
 def _climb(ev, cache: dict, k0: int, lo: int, hi: int) -> int:
