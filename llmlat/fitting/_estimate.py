@@ -1072,8 +1072,8 @@ def climbed_aic(problem: _Problem, k0: int) -> float:
     :func:`_estimate`'s AIC where the climb reaches the profile's best, for a fraction of its
     evaluations: whether a richer form could earn its parameter is asked of this before it is
     fitted whole (a streamed batching sweep's free step-time exponent, from the linear form's
-    slot cap: 7-10 integers of 30). Never below :func:`_estimate`'s: a climb that stalls
-    short of the best tells against the richer form.
+    slot cap: 7-10 integers of 30). A climb that stalls at a lower local maximum tells
+    against the richer form: its objective there is below the best's.
     """
     lo, hi = problem.model.int_range(problem.obs)
     cache: dict[int, tuple] = {}
