@@ -799,7 +799,8 @@ def _fit_obs(obs: Observed, name: str, stat: str, method: str, opts: dict) -> Fi
     # streamed, the step times pin the cap: climbed from the linear form's first, and fitted
     # whole only if it could earn its place (the same AIC in 30 of 30 streamed truths of
     # step time t0 + t1 b^0.7-2; on the latency alone the climb stalled in 4 of 30)
-    if problem.n_itl and climbed_aic(problem, int(res.params[curved.integer])) >= res.aic - 2:
+    climbed = climbed_aic(problem, int(res.params[curved.integer])) if problem.n_itl else None
+    if climbed is not None and climbed >= res.aic - 2:
         return res
     alt = FitResult(problem, _recalled(problem), list(obs.notes) + notes)
     if alt.aic < res.aic - 2:
