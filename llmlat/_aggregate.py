@@ -211,15 +211,14 @@ def _from_requests(
     levels = np.unique(lv_all[ok & steady])
     for v in np.setdiff1d(np.setdiff1d(np.unique(lv_all), levels), refused):
         at = lv_all == v
-        # answered (so timed): nothing in the steady window, a level too short for its
-        # start-up (or, the batch fit's, for its start-up and drain, left out by the caller)
-        why = (
-            "no successful request"
-            if not (answered & at).any()
-            else NO_STEADY
-            if metric == "latency" or (ok & at).any()
-            else f"no {col} value"
-        )
+        if not (answered & at).any():
+            why = "no successful request"
+        elif metric == "latency" or (ok & at).any():
+            # answered (so timed): nothing in the steady window, a level too short for its
+            # start-up (or, the batch fit's, for its start-up and drain, left out by the caller)
+            why = NO_STEADY
+        else:
+            why = f"no {col} value"
         dropped[float(v)] = why
         notes.append(f"level {v:g} left out: {why}")
     ok &= steady

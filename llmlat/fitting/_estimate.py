@@ -809,15 +809,7 @@ def _profile(
     under it (a refit at c = 64 took 17 integers, now 9).
     """
     cache: dict[int, tuple] = {}
-    starts = starts or {}
-
-    def ev(k: int) -> float:
-        if k not in cache:
-            near = min(cache, key=lambda j: abs(j - k)) if cache else None
-            start = cache[near][0] if near is not None and abs(near - k) <= 2 else None
-            cache[k] = problem.optimise(k, starts.get(k, start))
-        return cache[k][1]
-
+    ev = _warm(problem, cache, starts or {})
     if candidates is not None:
         for k in candidates:
             ev(int(k))
@@ -884,6 +876,23 @@ def _profile(
             inside, outside = (mid, outside) if kept(mid) else (inside, mid)
         ev(inside + (1 if edge > best else -1))
     return cache
+
+
+def _warm(problem: _Problem, cache: dict, starts: dict) -> Callable[[int], float]:
+    """Return ``ev(k)``, the profile log-likelihood at integer ``k``, optimised once.
+
+    Into ``cache``, from ``starts[k]``, else from the nearest evaluated integer's optimum
+    within 2, else from the default start.
+    """
+
+    def ev(k: int) -> float:
+        if k not in cache:
+            near = min(cache, key=lambda j: abs(j - k)) if cache else None
+            start = cache[near][0] if near is not None and abs(near - k) <= 2 else None
+            cache[k] = problem.optimise(k, starts.get(k, start))
+        return cache[k][1]
+
+    return ev
 
 
 def _reorder(cache: dict, keys: list[int]) -> None:
@@ -1031,20 +1040,21 @@ def _polished(problem: _Problem, k: int, theta: np.ndarray, llf: float) -> tuple
     evaluations, this 6). Where three points do not bracket a maximum, or the stability
     edge is within a step: that search.
     """
-    if len(theta) != 1:
-        return problem.optimise(k, theta, width=0.01)
-    best = (theta, llf)
-    for h in _POLISH_STEPS:
-        x, f0 = float(best[0][0]), best[1]
-        if x - h <= problem.lower_bound(k):
-            return problem.optimise(k, theta, width=0.01)
-        down, up = (problem.llf(np.array([x + d]), k) for d in (-h, h))
-        bend = down + up - 2.0 * f0
-        if not (bend < 0.0 and max(down, up) <= f0):
-            return problem.optimise(k, theta, width=0.01)
-        v = np.array([x + h * (down - up) / (2.0 * bend)])
-        best = max([(v, problem.llf(v, k)), best], key=lambda t: t[1])
-    return best
+    if len(theta) == 1:
+        best = (theta, llf)
+        for h in _POLISH_STEPS:
+            x, f0 = float(best[0][0]), best[1]
+            if x - h <= problem.lower_bound(k):
+                break
+            down, up = (problem.llf(np.array([x + d]), k) for d in (-h, h))
+            bend = down + up - 2.0 * f0
+            if not (bend < 0.0 and max(down, up) <= f0):
+                break
+            v = np.array([x + h * (down - up) / (2.0 * bend)])
+            best = max([(v, problem.llf(v, k)), best], key=lambda t: t[1])
+        else:
+            return best
+    return problem.optimise(k, theta, width=0.01)
 
 
 def _climb(ev, cache: dict, k0: int, lo: int, hi: int, reach: int | None = None) -> int:
@@ -1087,15 +1097,8 @@ def climbed_aic(problem: _Problem, k0: int) -> float | None:
     """
     lo, hi = problem.model.int_range(problem.obs)
     cache: dict[int, tuple] = {}
-
-    def ev(k: int) -> float:
-        if k not in cache:
-            near = min(cache, key=lambda j: abs(j - k)) if cache else None
-            cache[k] = problem.optimise(k, cache[near][0] if near is not None else None)
-        return cache[k][1]
-
     k0 = min(max(k0, lo), hi)
-    k = _climb(ev, cache, k0, lo, hi, _CLIMB_REACH)
+    k = _climb(_warm(problem, cache, {}), cache, k0, lo, hi, _CLIMB_REACH)
     if abs(k - k0) > _CLIMB_REACH:
         return None
     theta, llf = _settled(problem, k, *cache[k])
