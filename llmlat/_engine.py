@@ -404,7 +404,20 @@ class Sweeper:
         if plan.duration_s is not None and not plan.warmup:
             end = t_level + plan.warmup_s + plan.duration_s
 
+        n = plan.workers or 0
+        # client 0's first cycle, which spreads the others' first sends (see _stagger)
+        first_cycle: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
         async def worker(w: int) -> None:
+            try:
+                if w:
+                    await self._stagger(first_cycle, w, n)
+                await loop(w)
+            finally:  # a client 0 that stops before its first answer lets the others go
+                if not first_cycle.done():
+                    first_cycle.set_result(0.0)
+
+        async def loop(w: int) -> None:
             nonlocal issued, measured, end
             while not self._stopping:
                 now = self._now()
@@ -418,11 +431,27 @@ class Sweeper:
                 await self._send(client, record)
                 if plan.think_time_s:
                     await self._sleep(plan.think_time_s)
+                if not first_cycle.done():  # client 0, alone until now
+                    first_cycle.set_result(self._now() - t_level)
 
-        for w in range(plan.workers or 0):
+        for w in range(n):
             self._spawn(worker(w))
         await self._gather_tasks()
         return "interrupted" if self._stopping else plan.stop_rule
+
+    async def _stagger(self, first_cycle: asyncio.Future[float], w: int, n: int) -> None:
+        """Hold client ``w`` of ``n`` until its first send: ``w / n`` of a cycle after client 0's.
+
+        Client 0 sends alone first; its first cycle (answer and think time) is the unloaded
+        cycle, and the others start spread over the next one, so the servers start out of
+        phase. Started at once, servers of near-constant service stay in phase for tens of
+        cycles (only the services' spread moves them apart), and past c clients a request
+        then waits for a whole round of departures: 68 clients on 64 servers at service CV
+        0.05 read a p95 24% above the steady one over a default level, 18 on 16 28% (exact
+        simulation, 20 seeds; 35% over HTTP); spread, -0.3% and -2%.
+        """
+        cycle_s = await first_cycle
+        await self._sleep(cycle_s * w / n)
 
     async def _open_loop(self, plan: LevelPlan, client: Client) -> str:
         assert plan.schedule is not None

@@ -335,9 +335,9 @@ def default_length(kind: str, value: float) -> tuple[int | None, float | None]:
     """Return the default ``(requests, duration_s)`` of a level: enough for a steady state.
 
     A closed loop of N workers issues ``max(CLOSED_REQUESTS, CLOSED_ROUNDS * N)`` requests:
-    each worker cycles many times (the first round, all N sent into an empty server, is the
-    start-up transient), and the light levels, where the service time shows alone, hold enough
-    requests to pin it within a few percent. An open loop at rate lambda runs
+    each worker cycles many times (the first round, the N clients' first sends into an empty
+    server, is the start-up transient), and the light levels, where the service time shows
+    alone, hold enough requests to pin it within a few percent. An open loop at rate lambda runs
     ``max(10, OPEN_ARRIVALS / lambda)`` seconds: an open queue starting empty relaxes to its
     steady state over about ``rho / (1 - sqrt(rho))^2`` arrivals whatever its number of
     servers (~340 at 90% load), so a level must see a few times that to be steady near

@@ -29,9 +29,9 @@ Definitions (per level; warmup rows are left out unless asked for):
   silent guess).
 - ``target_rate_rps``: the level of a ``rate`` sweep. ``achieved_rate_rps``: sends per second
   past the level's opening (:func:`llmlat.stats.send_rate`: ``t_sent``, else ``t_scheduled``,
-  from the first send of an open level, or the last of a closed level's first round, sent at
-  once, to the last send), so a client that fell behind its schedule shows it; on a steady
-  closed level it is the throughput.
+  from the first send of an open level, or the last of a closed level's first round (its N
+  clients' first sends), to the last send), so a client that fell behind its schedule shows
+  it; on a steady closed level it is the throughput.
 - ``mean_in_flight``: the sum of ``latency_s`` over ``span_s`` (the time-average number of
   requests in flight, failures included: they held a slot too).
 - ``latency_*_s``, ``ttft_*_s``, ``itl_*_s``: mean and percentiles (linear interpolation) over the

@@ -517,8 +517,9 @@ def mgc_sweep(
     """Simulate a whole sweep as llmlat runs it, on c FCFS servers (M/G/c), exactly.
 
     Each level starts empty and runs the default length of :func:`llmlat._loadshapes.default_length`
-    with no warmup: a closed level's N clients all send at time 0 (the start-up transient is in
-    the data, as in a real sweep); an open level's Poisson arrivals run for its duration. With
+    with no warmup: a closed level's N clients start as the engine starts them, client 0 alone,
+    the others spread over its first cycle (the start-up transient is in the data, as in a real
+    sweep); an open level's Poisson arrivals run for its duration. With
     ``queue_cap`` a level refuses (429, ``rate_limited``, after 1 ms) a request that finds that
     many requests waiting; a closed level's client then sends again.
 
@@ -571,13 +572,11 @@ def mgc_sweep(
             sent.append(arr[arr < dur])
             service.append(_service(rng, mu, cv_s, len(sent[-1])))
     sizes = [len(s) for s in service]
-    closed = kind == "concurrency"
-    engine = FCFS(c, len(levels), cap=queue_cap, clients=np.array(levels) if closed else None)
-    steps = engine.run(
-        _columns(service, 0.0),
-        arrivals=None if closed else _columns(sent, np.inf),  # past its end a level idles
-        think=_columns(think, 0.0) if closed else None,
-    )
+    if kind == "concurrency":
+        steps = _closed_levels(c, np.array(levels), queue_cap, service, think)
+    else:
+        engine = FCFS(c, len(levels), cap=queue_cap)
+        steps = engine.run(_columns(service, 0.0), arrivals=_columns(sent, np.inf))
     out = []
     for j, (value, size) in enumerate(zip(levels, sizes, strict=True)):
         sent_j, start, end, worker, ok = _sorted_rows(steps, j, size)
@@ -588,6 +587,29 @@ def mgc_sweep(
         frame["attempts"] = 1
         out.append(frame)
     return pd.concat(out, ignore_index=True)
+
+
+def _closed_levels(
+    c: int, clients: np.ndarray, cap: int | None, service: list[np.ndarray], think: list[np.ndarray]
+) -> Steps:
+    """Run closed levels as the sweep engine starts them (``Sweeper._stagger``).
+
+    Client 0 sends alone; once its first cycle (answer and think time) has passed, client
+    ``w`` of N first sends ``w / N`` of that cycle later.
+    """
+    n = int(clients.max())
+    first = np.where(np.arange(n) == 0, 0.0, np.inf)
+    engine = FCFS(c, len(clients), cap=cap, clients=clients, first_send=first[None, :])
+    s, z = _columns(service, 0.0), _columns(think, 0.0)
+    alone = engine.run(s[:1], think=z[:1])
+    assert engine.ready is not None
+    cycle = engine.ready[:, :1].copy()  # the level starts at 0
+    w = np.arange(n)
+    engine.ready[:, 1:] = np.where(
+        w[1:] < clients[:, None], cycle * (1.0 + w[1:] / clients[:, None]), np.inf
+    )
+    rest = engine.run(s[1:], think=z[1:])
+    return Steps(*(np.concatenate(pair) for pair in zip(alone, rest, strict=True)))
 
 
 def _warmup(c: int, rho: float, cap: int | None, clients: int | None, cv_s: float) -> int:

@@ -6,8 +6,9 @@ wherever they are shown.
 
 Definitions (per level of one sweep):
 
-- **Transient.** A closed-loop level with N > 1 clients starts with all of them sending into an
-  empty server at once; the first N completions of the level (warmup rows included) belong to
+- **Transient.** A closed-loop level with N > 1 clients starts empty, its client 0 alone and the
+  others spread over that client's first cycle (so near-constant servers do not start in phase,
+  see ``Sweeper._stagger``); the first N sends of the level (warmup rows included) belong to
   that start-up. An open-loop level's start-up is cut by MSER-5 on the latencies in send order
   (batches of 5; the truncation point that minimises the standard error of the remaining mean,
   searched over the first half), only when the part cut is faster on average than the rest (a
@@ -21,10 +22,11 @@ Definitions (per level of one sweep):
   the fits.
 - **Steady window** (:func:`steady_window`): from the later of the level's first completion and
   the end of its transient, to its last send (after which the level drains with fewer requests
-  in flight). The transient ends when its last row has ended (a closed loop's first round,
-  sent at once) or, where its sends spread past the first completion (an open loop), at its
-  last send: an overloaded open level's transient rows end long after that, and waiting for
-  them left a short, late window whose rate ran 10-15% low at c = 64. Where nothing was cut
+  in flight). The transient ends when its last row has ended (a closed loop's first round
+  sent at once, as the engine did before it spread the clients) or, where its sends spread
+  past the first completion (an open loop, a closed loop's spread start), at its last send:
+  an overloaded open level's transient rows end long after that, and waiting for them left
+  a short, late window whose rate ran 10-15% low at c = 64. Where nothing was cut
   (a queue that does not build up) the window starts once the level holds its mean number in
   flight: from its first completion it was still filling, and the fill went uncounted (-11%
   at 50 arrivals holding 10, -20% at 200 holding 50). A saturated open level (its queue
@@ -499,13 +501,14 @@ def steady_window(
         return busy
     cut = transient & np.isfinite(start)
     if cut.any() and float(start[cut].max()) > a:
-        # sends of the transient spread past the first completion (an open loop): the steady
+        # sends of the transient spread past the first completion (an open loop, or a closed
+        # one's clients starting after client 0's first answer): the steady
         # state starts with the first kept send; the transient rows still queued then leave at
         # the steady rate (past capacity they end long after it, and waiting for them would
         # leave a short window late in the level)
         a = float(start[cut].max())
     elif (transient & done).any():
-        # a closed loop's first round, sent at once: steady once all of it has ended
+        # a closed loop's first round sent at once (older data): steady once all of it has ended
         a = max(a, float(end[transient & done].max()))
     elif float(start[done].max()) > a:
         # nothing cut (a queue that does not build up): the level still fills at its first
@@ -664,7 +667,7 @@ def send_rate(requests: pd.DataFrame, measured: np.ndarray, clients: int | None 
 
     The sends are ``t_sent`` (else ``t_scheduled``) of the measured rows, in order
     ``s_1 <= ... <= s_k``. The opening is the first send of an open level, or a closed level's
-    first round, its N clients sending at once: ``s_j`` with j the measured rows among the
+    first round, its N clients' first sends: ``s_j`` with j the measured rows among the
     level's first N sends (at least 1). The rate is ``(k - j) / (s_k - s_j)``: the sends that
     followed the opening over the time they took; on an open level the arrival rate as
     realised. A closed level that :func:`throughput` counts by Little's law (every request
