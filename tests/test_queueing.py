@@ -360,18 +360,19 @@ def test_a_constant_think_time_starts_a_request_at_the_n_minus_c_th_answer(n, c)
     # order of their answers, so every other client is ahead of a request, which starts at
     # max(its send, the (N - c)-th answer after its client's previous one), exactly; below
     # the knee that answer mostly comes first (no one waits), which the exponential system's
-    # arrival distribution cannot see
+    # arrival distribution cannot see. Past the first round: the clients start one by one
     req = mgc_sweep("concurrency", [n], 1.0, c, cv_s=0.5, seed=7, think_s=1.0, think_cv=0.0)
     answers = np.sort(req["t_end"].to_numpy())
+    first_round = np.sort(req["t_sent"].to_numpy())[n - 1]
     starts, predicted = [], []
     for _, rows in req.sort_values("t_sent").groupby("worker"):
         previous, sent = rows["t_end"].to_numpy()[:-1], rows["t_sent"].to_numpy()[1:]
         at = np.searchsorted(answers, previous, side="right") + n - c - 1
-        keep = at < len(answers)
+        keep = (at < len(answers)) & (rows["t_sent"].to_numpy()[:-1] > first_round)
         predicted.append(np.maximum(sent, answers[np.minimum(at, len(answers) - 1)])[keep])
         starts.append((rows["t_sent"] + rows["queue_s"]).to_numpy()[1:][keep])
     starts, predicted = np.concatenate(starts), np.concatenate(predicted)
-    assert len(starts) > 0.8 * len(req)
+    assert len(starts) > 0.75 * len(req)
     np.testing.assert_allclose(starts, predicted, rtol=0, atol=1e-9)
 
 
