@@ -440,15 +440,17 @@ class Sweeper:
         return "interrupted" if self._stopping else plan.stop_rule
 
     async def _stagger(self, first_cycle: asyncio.Future[float], w: int, n: int) -> None:
-        """Hold client ``w`` of ``n`` until its first send: ``w / n`` of a cycle after client 0's.
+        """Hold client ``w`` of ``n`` until ``w / n`` of a cycle after client 0's second send.
 
-        Client 0 sends alone first; its first cycle (answer and think time) is the unloaded
-        cycle, and the others start spread over the next one, so the servers start out of
-        phase. Started at once, servers of near-constant service stay in phase for tens of
-        cycles (only the services' spread moves them apart), and past c clients a request
-        then waits for a whole round of departures: 68 clients on 64 servers at service CV
-        0.05 read a p95 24% above the steady one over a default level, 18 on 16 28% (exact
-        simulation, 20 seeds; 35% over HTTP); spread, -0.3% and -2%.
+        Client 0 sends alone first; its first cycle (answer and think time), unloaded, spreads
+        the others' first sends over the next one, so the servers start out of phase. Started
+        at once, servers of near-constant service stay in phase for tens of cycles (only the
+        services' spread moves them apart), and past c clients a request then waits for a
+        whole round of departures: at service CV 0.05 a default level read a p95 24% above
+        the steady one at 68 clients on 64 servers and 28% at 18 on 16 (exact simulation;
+        35% over HTTP); spread, -0.2% and -2% (``benchmarks/bench_phase.py``). A client 0
+        whose first request fails at once lets the others start about together, as before;
+        each shard of a sharded sweep spreads its own clients.
         """
         cycle_s = await first_cycle
         await self._sleep(cycle_s * w / n)

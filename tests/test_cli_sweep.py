@@ -269,13 +269,14 @@ def _read(err_file) -> str:
 
 
 def test_second_ctrl_c_cancels_requests_in_flight(tmp_path):
-    def four_in_flight(sim, out):
-        return len(sim.truth()) >= 4
+    def in_flight(sim, out):
+        return len(sim.truth()) >= 1
 
+    # client 0's first request stalls, and the other clients wait for its answer to start
     sends = (signal.SIGINT, signal.SIGINT)
-    result, _ = interrupt_sweep(tmp_path, {"p_stall": 1.0, "stall_s": 60.0}, four_in_flight, sends)
+    result, _ = interrupt_sweep(tmp_path, {"p_stall": 1.0, "stall_s": 60.0}, in_flight, sends)
     req = result.requests
-    assert len(req) == 4
+    assert len(req) == 1
     assert (req["error_kind"] == "cancelled").all() and req["t_end"].notna().all()
 
 
