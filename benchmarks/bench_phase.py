@@ -11,6 +11,7 @@ runs after a warm-up, :func:`llmlat._synth.fcfs_responses`), how often the p95's
 above the true p95 as broken.
 
     .venv/bin/python benchmarks/bench_phase.py [--seeds 40] [--first-seed 100] [--cv 0.05 1]
+        [--cells 64,68 16,18]
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=40)
     parser.add_argument("--first-seed", type=int, default=100)
     parser.add_argument("--cv", type=float, nargs="+", default=[0.05, 0.2, 1.0])
+    parser.add_argument("--cells", nargs="+", help="e.g. 64,68 16,18 (default: all)")
     args = parser.parse_args()
+    cells = [tuple(map(int, cell.split(","))) for cell in args.cells] if args.cells else CELLS
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     print("cell            start    p95 err (sd)     cover  mean err  X err   check broke")
     for cv in args.cv:
-        for c, n in CELLS:
+        for c, n in cells:
             truth = fcfs_responses(c, MU, cv, 20, max(2000, 100 * n) // 20 * 20, 9, clients=n)
             t95, tmean = float(np.quantile(truth, 0.95)), float(truth.mean())
             tx = n / tmean  # Little's law, no think time

@@ -8,10 +8,12 @@ Definitions (per level of one sweep):
 
 - **Transient.** A closed-loop level with N > 1 clients starts empty, its client 0 alone and the
   others spread over that client's first cycle (so near-constant servers do not start in phase,
-  see ``Sweeper._stagger``); the first N sends of the level (warmup rows included) belong to
-  that start-up. An open-loop level's start-up is cut by MSER-5 on the latencies in send order
-  (batches of 5; the truncation point that minimises the standard error of the remaining mean,
-  searched over the first half), only when the part cut is faster on average than the rest (a
+  see ``Sweeper._stagger``); its first N sends (warmup rows included) belong to that
+  start-up (Little's law also leaves out the sends before its last client's first,
+  :func:`_first_round`). An open-loop
+  level's start-up is cut by MSER-5 on the latencies in send order (batches of 5; the
+  truncation point that minimises the standard error of the remaining mean, searched over
+  the first half), only when the part cut is faster on average than the rest (a
   queue that starts empty starts fast; cutting an early burst of slow requests biases low),
   on the answered rows' latencies; every row sent before the first kept one is transient, its
   refusals too (a capped queue refuses nothing until it has filled). Behind a queue cap, when
@@ -315,13 +317,7 @@ def transient_mask(
     """
     cut = np.zeros(len(start), bool)
     if kind == "concurrency" and level > 1:
-        # by send order, not completion order: the first N completions are the shortest of
-        # the first round, and cutting them would bias the service times left up
-        sent = np.isfinite(start)
-        n_first = min(int(level), int(sent.sum()))
-        if n_first:
-            order = np.argsort(np.where(sent, start, np.inf), kind="stable")[:n_first]
-            cut[order] = True
+        cut = _first_round(start, int(level), None)
     elif kind == "rate":
         idx = np.flatnonzero(measured & np.isfinite(latency) & np.isfinite(start))
         idx = idx[np.argsort(start[idx], kind="stable")]
@@ -334,6 +330,31 @@ def transient_mask(
             cut = np.isfinite(start) & (start < start[idx[d]])
         cut |= _fill(start, latency, measured, refused)
     return cut & measured
+
+
+def _first_round(start: np.ndarray, clients: int, workers: np.ndarray | None) -> np.ndarray:
+    """Return a closed level's first N sends, and with ``workers`` all to its last client's first.
+
+    By send order, not completion order: the first N completions are the shortest of the first
+    round, and cutting them would bias the service times left up. The transient is the first
+    N sends (the fits count a closed level's sends as its steady rows and N). Little's law
+    counts from the last client's first send: the clients start one by one
+    (``Sweeper._stagger``), so the early ones send again before the last has started, while
+    fewer than N are in the system, and their short cycles ran a closed level's throughput
+    15% high at 10 clients on 4 servers over three rounds (+4% with clients sent at once).
+    """
+    sent = np.isfinite(start)
+    out = np.zeros(len(start), bool)
+    n_first = min(clients, int(sent.sum()))
+    if n_first:
+        out[np.argsort(np.where(sent, start, np.inf), kind="stable")[:n_first]] = True
+    if workers is not None:
+        w = np.asarray(workers, np.float64)
+        known = sent & np.isfinite(w)
+        if known.any():
+            firsts = pd.Series(start[known]).groupby(w[known]).min()
+            out |= sent & (start <= float(firsts.max()))
+    return out
 
 
 def _fill(
@@ -697,9 +718,10 @@ def send_rate(requests: pd.DataFrame, measured: np.ndarray, clients: int | None 
     known = np.isfinite(sent)
     first = np.zeros(len(sent), bool)
     if clients is not None:
-        first[np.argsort(np.where(known, sent, np.inf), kind="stable")[:clients]] = True
+        workers = column(requests, "worker")
+        first = _first_round(sent, clients, workers)
         start, end = row_times(requests)
-        ok, workers = ok_mask(requests), column(requests, "worker")
+        ok = ok_mask(requests)
         little = _little(start, end, ok, first & measured, measured, clients, 1, workers)
         if little is not None:
             return _little_rate(little, np.ones(len(start), bool), None)
@@ -826,7 +848,8 @@ def _little(
         # 0.86-1.00; the cycles -2.7% to +4.4%, covering 0.99)
         return None
     sent = np.isfinite(start) & np.isfinite(end)
-    rows = _closed_rows(start, sent, measured, transient, clients)
+    first = transient | _first_round(start, clients, workers)
+    rows = _closed_rows(start, sent, measured, first, clients)
     s = start[rows]
     ends = _cycle_ends(start, end, rows, think_times(start, end, workers))
     cycles = ends is not None
