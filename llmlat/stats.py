@@ -848,7 +848,7 @@ def _little(
         # 0.86-1.00; the cycles -2.7% to +4.4%, covering 0.99)
         return None
     sent = np.isfinite(start) & np.isfinite(end)
-    first = transient | _first_round(start, clients, workers)
+    first = transient | (_first_round(start, clients, workers) if clients > 1 else False)
     rows = _closed_rows(start, sent, measured, first, clients)
     s = start[rows]
     ends = _cycle_ends(start, end, rows, think_times(start, end, workers))
