@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from datetime import UTC, datetime
 
 import numpy as np
@@ -208,7 +209,9 @@ ITPM, OTPM = 80_000, 16_000
 APART = {
     **{k: v for k, v in SIM.items() if k not in ("rpm", "tpm")},
     "output_tokens": 40,
-    "slots": 2,  # saturated within the sweep, so the fit's capacity is bounded
+    # one slot: a single server, saturated from the first level, so the fit's capacity is
+    # bounded (two slots' batching is no M/M/c; its 20-request levels left c unbounded)
+    "slots": 1,
     "tpm": ITPM + OTPM,
     "itpm": ITPM,
     "otpm": OTPM,
@@ -243,6 +246,14 @@ def test_plan_auto_plans_with_anthropics_input_and_output_limits(apart):
     assert plan.limit_rate_rps == pytest.approx(OTPM / 60.0 / out)
     assert plan.limit_rate_rps < (ITPM + OTPM) / 60.0 / (out + prompt)  # what tpm alone allows
     assert f"tpm {ITPM + OTPM}, itpm {ITPM} and otpm {OTPM} as the provider declared" in plan.note
+    # one client alone (10 requests/s) is past the output limit: no closed loop, and the pause
+    # that would bring one client down to the planned rate
+    assert plan.concurrency == plan.limit_concurrency == 0
+    assert plan.to_frame(text=True).loc["concurrency", "value"] == "none (see note)"
+    assert "no closed loop" in plan.describe()
+    x1, pause = map(float, re.search(r"sends (\S+) requests/s.* least (\S+) s", plan.note).groups())
+    assert x1 > plan.limit_rate_rps
+    assert 1 / (1 / x1 + pause) == pytest.approx(plan.limit_rate_rps, rel=5e-3)
     # a number given replaces the declared one; the others stay as declared
     wider = fit.plan(tpm="auto", otpm=10 * OTPM)
     assert wider.limit_rate_rps == pytest.approx((ITPM + OTPM) / 60.0 / (out + prompt))

@@ -109,6 +109,8 @@ def _cell(value: object) -> object:
     """One plan value as read by a person (see :meth:`Plan.to_frame`)."""
     if value is None:
         return "no bound"
+    if type(value) is int and value == 0:  # a concurrency: one client is already past it
+        return "none (see note)"
     if isinstance(value, float):
         if math.isnan(value):
             return "n/a"
@@ -137,20 +139,22 @@ class Plan:
         ``max_rate_rps`` over the fitted capacity.
     max_concurrency : int or None
         Largest closed-loop concurrency meeting the target (with the fitted think time); None
-        when none does.
+        when every concurrency does (no bound), 0 when one client alone misses it.
     utilization_at_max_concurrency : float
         Throughput at ``max_concurrency`` over the capacity.
     limit_rate_rps : float
         Rate allowed by the per-minute limits and the budget (``inf`` if none given).
     limit_concurrency : int or None
         Largest concurrency whose throughput stays under ``limit_rate_rps``; None when no
-        concurrency reaches it (the limit does not bind a closed loop).
+        concurrency reaches it (the limit does not bind a closed loop), 0 when one client
+        alone exceeds it.
     utilization_cap_rate_rps : float
         ``max_utilization`` times the capacity (``inf`` if not given).
     rate_rps : float
         The recommended rate: the smallest of the bounds above.
     concurrency : int or None
-        The recommended concurrency: the smallest of the concurrency bounds (None: no bound).
+        The recommended concurrency: the smallest of the concurrency bounds (None: no bound;
+        0: no closed loop meets the plan, and ``note`` gives the think time that would).
     binding : str
         Which bound sets ``rate_rps``: ``"latency target"``, ``"rpm limit"``, ``"tpm limit"``,
         ``"input tpm limit"``, ``"output tpm limit"``, ``"budget"`` (``budget_usd_per_hour``),
@@ -234,11 +238,12 @@ class Plan:
         if not self.feasible:
             return f"Plan for {goal}: {self.note}."
         checked = f" {self.check.describe()}" if self.check is not None else ""
-        n = (
-            f"at most {self.concurrency} requests in flight"
-            if self.concurrency is not None
-            else "no concurrency bound (the station never gets that slow)"
-        )
+        if self.concurrency is None:
+            n = "no concurrency bound (the station never gets that slow)"
+        elif self.concurrency == 0:
+            n = "no closed loop (one client is past the bound)"
+        else:
+            n = f"at most {self.concurrency} requests in flight"
         share = (
             f"{self.rate_rps / self.capacity_rps:.0%} of the fitted capacity "
             f"{self.capacity_rps:.3g} requests/s"
