@@ -43,7 +43,8 @@ NO_STEADY = "no steady state"
 class Observed:
     """Per-level statistics of one metric, plus the per-request times when available.
 
-    ``levels`` has one row per level (sorted) with ``level``, ``n``, ``n_failed``,
+    ``levels`` has one row per level (sorted) with ``level``, ``n`` (its steady requests),
+    ``n_sent`` (every request sent, the start-up's too), ``n_failed``,
     ``throughput_rps``, ``tokens_mean`` (output tokens), ``think_s`` (closed loop: mean time a
     client spent between requests), ``mean_s``, ``std_s``, ``p50_s``, ``p95_s``, ``p99_s``, a
     standard error ``se_<stat>_s`` for each statistic (by batch means over request order, see
@@ -55,7 +56,9 @@ class Observed:
     and ``n_slope`` (the completions' slope over time and their count,
     :func:`llmlat.stats.completion_slope`). ``times`` holds each level's steady-state times in
     request order, ``itl_times`` (streamed) each request's mean inter-token latency in the same
-    order. A closed loop's ``think_cv`` is each level's think-time CV (:func:`_think_time`).
+    order. A closed loop's ``think_cv`` is each level's think-time CV (:func:`_think_time`),
+    and ``together`` the share of its runs whose clients first sent at once
+    (:func:`_started_together`).
     """
 
     kind: str
@@ -142,6 +145,30 @@ def _think_time(req: pd.DataFrame, levels: np.ndarray) -> tuple[np.ndarray, np.n
     return mean, cv
 
 
+def _started_together(req: pd.DataFrame, levels: np.ndarray) -> np.ndarray:
+    """Per closed level: the share of its runs whose clients all first sent at once.
+
+    At once: every client's first send (warmup rows included) within a tenth of the level's
+    median latency, as llmlat started a level before it spread its clients over client 0's
+    first cycle (``Sweeper._stagger``). Started at once, clients of fixed output lengths
+    decode in step for good; spread, they keep their phases apart. NaN without client ids.
+    """
+    start, _ = stats.row_times(req)
+    workers = stats.column(req, "worker")
+    latency = stats.column(req, "latency_s")
+    level = stats.column(req, "level")
+    keys = [k for k in ("run_id", "level") if k in req]
+    runs: dict[float, list[float]] = {}
+    for idx in req.groupby(keys, sort=False, dropna=False).indices.values():
+        firsts = stats.first_sends(start[idx], workers[idx])
+        if len(firsts) < 2:
+            continue
+        scale = float(np.nanmedian(latency[idx])) if np.isfinite(latency[idx]).any() else 0.0
+        at_once = float(firsts.max() - firsts.min()) <= 0.1 * scale
+        runs.setdefault(float(level[idx[0]]), []).append(float(at_once))
+    return np.array([np.mean(runs[v]) if v in runs else np.nan for v in levels])
+
+
 def _kind(frame: pd.DataFrame, level_kind: str | None) -> str:
     if level_kind is None:
         if "level_kind" not in frame:
@@ -167,6 +194,7 @@ def _from_requests(
     kind = _kind(req, level_kind)
     phase = stats.phases(req)
     rates = _rates(req, phase)
+    all_rows = req
     req = req[phase != "warmup"]
     steady = phase[phase != "warmup"] == "measure"
     values = req[col].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -241,10 +269,13 @@ def _from_requests(
             table["se_at_length_s"] = _ratio_errors(times, np.split(tok[ok][order], cuts), batch)
     else:
         table["tokens_mean"] = np.nan
+    # every request sent, the start-up's too (a closed one's last to its last client's first)
+    table["n_sent"] = pd.Series(lv_all).groupby(lv_all).size().reindex(levels).to_numpy(float)
     if kind == "concurrency":
         table["think_s"], table["think_cv"] = _think_time(req, levels)
+        table["together"] = _started_together(all_rows, levels)
     else:
-        table["think_s"] = table["think_cv"] = np.nan
+        table["think_s"] = table["think_cv"] = table["together"] = np.nan
     itl_times = None
     if "itl_mean_s" in req:  # streamed: the decode step time of each level
         itl = pd.to_numeric(req["itl_mean_s"], errors="coerce")
@@ -264,7 +295,6 @@ def _from_requests(
         # the arrival rate realised in the level, so "served less than offered" is not judged
         # against the Poisson noise of the arrivals
         table["offered_rps"] = rates["offered_rps"].reindex(levels).to_numpy(dtype=np.float64)
-        table["n_sent"] = per.size().reindex(levels).to_numpy(dtype=np.float64)
         # the completions' slope: a level past capacity measures it without the window's edge
         table["slope_rps"] = rates["slope_rps"].reindex(levels).to_numpy(dtype=np.float64)
         table["n_slope"] = rates["n_slope"].reindex(levels).to_numpy(dtype=np.float64)

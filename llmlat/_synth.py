@@ -176,6 +176,7 @@ def batch_closed_requests(
     drain: bool = False,
     step_s: Callable[[int], float] | None = None,
     rtt_s: float = 0.0,
+    together: bool = False,
 ) -> pd.DataFrame:
     """Simulate N clients (no think time) against a continuous-batching server, for each N.
 
@@ -222,6 +223,11 @@ def batch_closed_requests(
         arrives (an idle server starts a step at the first arrival, as behind HTTP, where
         clients sent at once arrive a few ms apart); its client sees its tokens late, and
         sends again when it sees the last. 0: no delay.
+    together : bool, default False
+        Start a level's clients all at once (as llmlat did before it spread them), instead
+        of as the sweep engine starts them (``Sweeper._stagger``): client 0 alone, the others
+        spread over its first cycle. With fixed output lengths the start decides for good
+        whether the clients decode in step.
 
     Returns
     -------
@@ -241,17 +247,16 @@ def batch_closed_requests(
     for big_n in levels:
         m = n + warmup
         # (sent, worker, first step, arrival), FIFO by arrival
-        waiting = [(0.0, w, 0, late(0.0)) for w in range(big_n)]
+        waiting = [(0.0, w, 0, late(0.0)) for w in range(big_n if together else 1)]
         running: list[list] = []  # [sent, worker, tokens left, tokens total, first token]
         now, step = 0.0, 0
         rows: list[tuple] = []  # (sent, end, worker, tokens, first token)
         sends = big_n
         while (running or waiting) if drain else not _complete(rows, running, waiting, m):
             idle = not running
-            if rtt_s > 0:
-                waiting.sort(key=lambda r: r[3])
-                if idle:
-                    now = max(now, waiting[0][3])
+            waiting.sort(key=lambda r: r[3])  # stable: FIFO among equal arrivals
+            if idle:
+                now = max(now, waiting[0][3])
             while (
                 waiting
                 and len(running) < slots
@@ -271,6 +276,9 @@ def batch_closed_requests(
                 running.remove(r)
                 end = late(now)
                 rows.append((r[0], end, r[1], r[3], late(r[4])))
+                if len(rows) == 1 and not together:  # client 0's cycle spreads the others
+                    firsts = end * (1.0 + np.arange(1, big_n) / big_n)
+                    waiting += [(t, w, 0, late(t)) for w, t in enumerate(firsts, 1)]
                 if not drain or sends < m:
                     waiting.append((end, r[1], step + join_steps, late(end)))
                     sends += 1

@@ -38,7 +38,9 @@ def verify_plan(
     The confirmation sweep repeats the fitted one as its metadata recorded it (the endpoint or
     the built-in simulator with its configuration, load shape, retries, timeouts, seed) at one
     level: the plan's concurrency (closed loop) or rate (open loop), after a start-up transient
-    of ``N`` requests (the level's mean number in flight), with at least ``max(200, 3 N)``
+    of up to ``2 N`` requests (N the level's mean number in flight; a closed level's clients
+    start one by one over a cycle, and the early ones send again meanwhile), with at least
+    ``max(200, 3 N)``
     requests in steady state, so the level passes the steady check; an open-loop check also
     lasts ten relaxation times of the queue at its utilization (``1 / (X_max (1 - sqrt(rho))^2)``,
     Morse's M/M/1 figure), since near capacity a short check under-states the steady p95. On
@@ -96,7 +98,7 @@ def verify_plan(
         raise ValueError(f"kind: expected 'concurrency' or 'rate', got {kind!r}")
     config = _rerun_options(meta, payload, options)
     steady = max(MIN_CHECK_REQUESTS, 3 * int(population), math.ceil(relax))
-    config.setdefault("requests", steady + int(population))  # the transient is cut first
+    config.setdefault("requests", steady + 2 * int(population))  # the transient is cut first
     config.setdefault("warmup", 0)
     config.setdefault("progress", False)
     result = sweep(payload, **{kind: [load]}, **config)

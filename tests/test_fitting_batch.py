@@ -17,12 +17,12 @@ from llmlat._loadshapes import default_length
 from llmlat._models import MODELS
 from llmlat._synth import batch_closed_requests, batch_open_requests, mgc_sweep
 from llmlat.fitting._fit import _in_step
-from llmlat.stats import fill_mask
+from llmlat.stats import fill_mask, phases
 
 T0, T1 = 0.02, 0.002
 
 
-def _sweep(levels, slots, n=150, seed=1, join_steps=1, drain=False):
+def _sweep(levels, slots, n=150, seed=1, join_steps=1, drain=False, together=False):
     """Closed levels of ``n`` requests each (None: llmlat's default length of each level)."""
     parts = [
         batch_closed_requests(
@@ -36,6 +36,7 @@ def _sweep(levels, slots, n=150, seed=1, join_steps=1, drain=False):
             warmup=0,
             join_steps=join_steps,
             drain=drain,
+            together=together,
         )
         for v in levels
     ]
@@ -44,6 +45,8 @@ def _sweep(levels, slots, n=150, seed=1, join_steps=1, drain=False):
 
 def test_synthetic_itl_is_the_step_time_of_the_batch():
     exact = _sweep([1, 4, 16], 8, n=60, join_steps=0)
+    # past the start-up (the clients start one by one, as the sweep engine starts them)
+    exact = exact[phases(exact) == "measure"]
     itl = exact.groupby("level")["itl_mean_s"]
     # every request decodes in a batch of min(N, slots): its ITL is that step time
     assert itl.min().to_numpy() == pytest.approx(T0 + T1 * np.array([1, 4, 8]), rel=1e-9)
@@ -52,7 +55,8 @@ def test_synthetic_itl_is_the_step_time_of_the_batch():
     assert np.allclose(exact["t_first_token"] - exact["t_sent"], exact["ttft_s"])
     # the simulator's timing: a client's next request misses the step starting as it is sent,
     # so below the cap the batch is N less those waiting to join; alone, no wait at all
-    late = _sweep([1, 4, 16], 8, n=60, join_steps=1).groupby("level")["itl_mean_s"].mean()
+    late = _sweep([1, 4, 16], 8, n=60, join_steps=1)
+    late = late[phases(late) == "measure"].groupby("level")["itl_mean_s"].mean()
     assert late[1.0] == pytest.approx(T0 + T1, rel=1e-9)
     assert T0 + T1 * 3 < late[4.0] < T0 + T1 * 4
     assert late[16.0] == pytest.approx(T0 + T1 * 8, rel=1e-9)
@@ -350,13 +354,15 @@ def test_latency_only_slot_set_carries_the_laws_own_error():
         assert lower >= 16, seed  # honest, not everything
 
 
-def test_fixed_output_lengths_keep_a_closed_levels_clients_in_step():
+@pytest.mark.parametrize("together", [True, False])
+def test_fixed_output_lengths_keep_a_closed_levels_clients_in_step(together):
     # max_tokens with ignore_eos (vLLM's and llmperf's benchmarks): a closed level's clients
-    # all end at the same step and are away together, so a request decodes in the whole batch,
-    # not in N less those between requests. Before, the fit took the binomial batch: on 8
-    # slots, 8 tokens a request, it missed the step times, flagged its own truth as a misfit
-    # and left the cap at [4, inf]; on 32 slots it missed t1 by 30 errors and put the cap at 30
-    kw = {"warmup": 0, "spread": 0.0, "drain": True, "rtt_s": 0.004}
+    # started at once all end at the same step and are away together, so a request decodes in
+    # the whole batch, not in N less those between requests. Before, the fit took the binomial
+    # batch: on 8 slots, 8 tokens a request, it missed the step times, flagged its own truth
+    # as a misfit and left the cap at [4, inf]; on 32 slots it missed t1 by 30 errors and put
+    # the cap at 30. Started one by one (the sweep engine now), they keep their phases apart
+    kw = {"warmup": 0, "spread": 0.0, "drain": True, "rtt_s": 0.004, "together": together}
     parts = [
         batch_closed_requests([v], 8, T0, T1, 8, default_length("concurrency", v)[0], 7 + v, **kw)
         for v in [1, 2, 4, 8, 16]
@@ -364,15 +370,18 @@ def test_fixed_output_lengths_keep_a_closed_levels_clients_in_step():
     data = pd.concat(parts, ignore_index=True)
     assert (data["completion_tokens"] == 8).all()
     res = fit(data, model="batch")
-    assert res._est.p["in_step"] == 1.0
+    assert res._est.p["in_step"] == (1.0 if together else 0.0)
     ci = res.conf_int()
     assert (ci.loc["slots", "lower"], ci.loc["slots", "upper"]) == (8, 8)
     for name, truth in (("t0_s", T0), ("t1_s", T1)):
         assert ci.loc[name, "lower"] <= truth <= ci.loc[name, "upper"]
     assert not any("does not fit" in n or "not identified" in n for n in res.notes)
-    # spread lengths leave the clients in independent phases: hardly any pair stays in step
-    spread = observe(_sweep([1, 4, 16], 8, n=60))
+    assert any("decode in step" in n for n in res.notes) is together
+    # started at once, spread lengths leave the clients in independent phases: hardly any
+    # pair stays in step; started one by one, none does
+    spread = observe(_sweep([1, 4, 16], 8, n=60, together=True))
     assert 0 < _in_step(spread) < 0.01
+    assert _in_step(observe(_sweep([1, 4, 16], 8, n=60))) == 0.0
 
 
 def test_a_cap_left_open_by_the_laws_error_asks_for_step_times_not_higher_levels():
@@ -459,3 +468,26 @@ def test_the_free_exponent_is_climbed_to_and_fitted_whole_only_where_it_pays(pow
         assert res.params["gamma"] == pytest.approx(power, rel=0.05)
         assert res.params["slots"] == 32
         assert any("step time grows as batch^" in n for n in res.notes)
+
+
+def test_a_plan_on_one_slot_moves_t0_and_t1_only_as_far_as_their_sum_allows():
+    # at one slot every step is t0 + t1: the data pin the sum, not the split (correlation
+    # -0.999999). Each moved to its own slow end, the plan's slowest set put the capacity at
+    # 0-3% of the fitted one (a rate of 0.3 requests/s where 10 were served); the corner is
+    # now brought in to where uncorrelated parameters would put it
+    res = fit(_sweep([1, 2, 4, 8], 1, n=None, seed=1), model="batch")
+    cov = res._est.cov[:2, :2]
+    assert cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1]) < -0.999
+    assert "t1_s" in res.unidentified
+    cap = res.capacity_rps
+    slow = [res._model.capacity(p) for p in res._pessimistic()]
+    assert all(0.98 * cap < s < cap for s in slow)
+    # the corner unshrunk: each parameter z standard errors up, the capacity collapses
+    z = res._quantile(0.95)
+    corner = res._est.p | {
+        n: float(np.exp(res._est.theta[i] + z * np.sqrt(cov[i, i])))
+        for i, n in enumerate(("t0_s", "t1_s"))
+    }
+    assert res._model.capacity(corner) < 0.5 * cap
+    plan = res.plan(p95=3.0)
+    assert 0.5 * cap < plan.rate_rps < cap

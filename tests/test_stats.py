@@ -125,6 +125,39 @@ def test_the_first_n_completions_of_a_closed_level_are_transient_and_left_out():
     assert row["steady"]
 
 
+def test_a_spread_closed_start_is_transient_up_to_the_last_clients_first_send():
+    # the engine starts client 0 alone and the others over its first cycle: client 0 sends
+    # again (at 1.0) before clients 1 and 2 first send (1.3, 1.6), while fewer than N are in
+    # the system. Those rows are the start-up too: kept, their short latencies read c = 17
+    # for 16 in 4 of 10 exact M/M/16 sweeps
+    sends = [(0, 0.0), (0, 1.0), (1, 1.3), (2, 1.6), (0, 2.0), (1, 2.3), (2, 2.6), (0, 3.0)]
+    req = pd.DataFrame(
+        [
+            {
+                "level_kind": "concurrency",
+                "level": 3.0,
+                "phase": "measure",
+                "ok": True,
+                "worker": w,
+                "t_scheduled": t,
+                "t_sent": t,
+                "t_end": t + 1.0,
+                "latency_s": 1.0,
+            }
+            for w, t in sends
+        ]
+    )
+    start, _ = stats.row_times(req)
+    assert list(stats.first_sends(start, stats.column(req, "worker"))) == [0.0, 1.3, 1.6]
+    assert list(np.flatnonzero(stats.phases(req) == "transient")) == [0, 1, 2, 3]
+    # without client ids: the first N sends
+    assert list(np.flatnonzero(stats.phases(req.drop(columns="worker")) == "transient")) == [
+        0,
+        1,
+        2,
+    ]
+
+
 def test_quantile_interval_is_scipys_quantile_test_interval():
     from scipy.stats import quantile_test
 

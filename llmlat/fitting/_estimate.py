@@ -1390,11 +1390,12 @@ def advice_row(param: str, level: float, requests: float, measured: float, why: 
 def sent_requests(lv: pd.DataFrame, kind: str) -> pd.Series:
     """Return the requests sent at each level of a per-level table.
 
-    ``n_sent`` where recorded, else the steady ones (``n``); a closed level's start-up, its
-    first round of N, too.
+    ``n_sent`` where recorded (every one, the start-up's too), else the steady ones (``n``)
+    and a closed level's first round of N.
     """
-    n = lv["n_sent"] if "n_sent" in lv else lv["n"]
-    return n + lv["level"] if kind == "concurrency" else n
+    if "n_sent" in lv:
+        return lv["n_sent"]
+    return lv["n"] + lv["level"] if kind == "concurrency" else lv["n"]
 
 
 def _counted(lv: pd.DataFrame) -> np.ndarray:

@@ -66,8 +66,9 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
             fixed["in_step"] = _in_step(obs)
             if fixed["in_step"] >= 0.5:
                 notes.append(
-                    f"output lengths equal ({obs.tokens_same:.0%} of request pairs): a closed "
-                    "level's clients decode in step, each request in the whole batch"
+                    f"output lengths equal ({obs.tokens_same:.0%} of request pairs) and the "
+                    "clients started at once: a closed level's clients decode in step, each "
+                    "request in the whole batch"
                 )
         if not obs.tokens_q:
             notes.append("output-length spread unknown: quantiles assume equal lengths")
@@ -107,13 +108,15 @@ def _fixed(model: Model, obs: Observed, think_s, tokens, gamma, cv_s) -> tuple[d
 def _in_step(obs: Observed) -> float:
     """Return the share of the other clients a closed batching request decodes in step with.
 
-    A closed level's N clients send at once. Two of them stay in step (they end at the same
-    step, so each is away only while the other is: never missing from the other's batch)
-    while each of their requests has had the other's length: after k requests each, with
-    probability q^k, q the share of request pairs of equal length (``tokens_same``). Fixed
-    lengths (q = 1) keep the whole level in step; spread ones (q ~ 0) leave the clients in
-    independent phases. Averaged over a level's n / N requests per client, then over the
-    levels by their requests and the N - 1 others each request meets.
+    Where a closed level's N clients first sent at once (``together``; unknown without
+    client ids, e.g. a per-level table: taken as at once), two of them stay in step (they
+    end at the same step, so each is away only while the other is: never missing from the
+    other's batch) while each of their requests has had the other's length: after k
+    requests each, with probability q^k, q the share of request pairs of equal length
+    (``tokens_same``). Fixed lengths (q = 1) keep the whole level in step; spread ones (q ~
+    0) leave the clients in independent phases, as does the sweep engine's spread start
+    (``Sweeper._stagger``) whatever the lengths. Averaged over a level's n / N requests per
+    client, then over the levels by their requests and the N - 1 others each request meets.
     """
     q = obs.tokens_same
     lv = obs.levels
@@ -124,6 +127,9 @@ def _in_step(obs: Observed) -> float:
         return 0.0
     k = np.fmax(n / clients, 1.0)
     per = np.ones_like(k) if q >= 1 else q * (1 - q**k) / (k * (1 - q))
+    if "together" in lv:
+        together = lv["together"].to_numpy(dtype=np.float64)
+        per = per * np.where(np.isfinite(together), together, 1.0)
     return float(np.average(per, weights=weight))
 
 
