@@ -41,7 +41,9 @@ then planned for a p95 target. Per cell:
   meets it at 70% load, so the plan's conservative end is too far from the truth to recommend
   one; where every plan says so, ``break`` judges nothing: on 16 servers at service CV 0.5-2,
   exponential included, 70% load hardly waits and the target is within 1-2% of a lone
-  request's p95, which 19-20 of 20 plans refused; ``--target-load 0.9`` judges them)
+  request's p95, which 19-20 of 20 plans refused; ``--target-load 0.9`` judges them).
+  A batching cell's target is the truth's p95 at ``--target-load`` of its slots in flight,
+  and its plan's concurrency is judged on the truth's p95 there (:func:`_batch_breaks`)
 
 Targets (issue 10): c_exact >= 0.9, err <= 5%, cover in [0.90, 0.98], auto >= 0.9, break <= 5%;
 on the integer also c_told >= 0.9, c_exact_after >= 0.9 (with ``--follow``) and c_silent = 0.
@@ -346,6 +348,56 @@ def _target(cell: Cell) -> tuple[float, np.ndarray | None]:
     return _true_p95(cell, cell.target_load * cell.c * MU, "rate")
 
 
+#: requests of a batching truth's p95: one long closed level past its start-up
+BATCH_TRUTH_REQUESTS = 20_000
+
+
+@functools.lru_cache(maxsize=64)
+def batch_p95(cell: Cell, clients: int) -> tuple[float, np.ndarray]:
+    """The steady p95 latency of ``clients`` closed clients on a batching cell's truth.
+
+    One level of :data:`BATCH_TRUTH_REQUESTS` (:func:`llmlat._synth.batch_closed_requests`, the
+    clients started as the sweep engine starts them, the first 10 N requests dropped), seeded
+    alike at every load (:data:`TRUTH_SEED`). Returns the p95 and the p95s of 20 consecutive
+    groups (their spread gives its error).
+    """
+    data = batch_closed_requests(
+        [clients],
+        cell.c,
+        0.02,
+        0.002,
+        cell.tokens,
+        n=BATCH_TRUTH_REQUESTS,
+        seed=TRUTH_SEED,
+        warmup=10 * clients,
+        spread=cell.spread,
+        rtt_s=cell.rtt_s,
+    )
+    latency = data["latency_s"].to_numpy(dtype=np.float64)
+    groups = np.array_split(latency, _TRUTH_BATCHES)
+    return float(np.quantile(latency, 0.95)), np.array([np.quantile(g, 0.95) for g in groups])
+
+
+def _batch_breaks(cell: Cell, res) -> dict[str, float]:
+    """``break`` of a batching cell: the plan's concurrency against the truth's p95 at
+    ``target_load`` of the slots in flight (a closed loop without think time: the plan
+    recommends clients, and the p95 grows with them)."""
+    target, target_groups = batch_p95(cell, max(1, round(cell.target_load * cell.c)))
+    plan = res.plan(p95=target)
+    out = {"infeasible": float(not plan.feasible), "target_s": target, "batch_truth": 1.0}
+    out["target_se_s"] = np.std(target_groups, ddof=1) / np.sqrt(len(target_groups))
+    if not plan.feasible or plan.concurrency == 0:  # no load meets it: said, not a break
+        return out | {"break": 0.0, "break_sure": 1.0}
+    if plan.concurrency is None:  # no bound, where every client slows every step
+        return out | {"break": 1.0, "break_sure": 1.0}
+    p95, groups = batch_p95(cell, plan.concurrency)
+    var = (np.var(groups, ddof=1) + np.var(target_groups, ddof=1)) / len(groups)
+    return out | {
+        "break": float(p95 > target),
+        "break_sure": float(abs(p95 - target) > 2 * np.sqrt(var)),
+    }
+
+
 def _plan_breaks(cell: Cell, res) -> dict[str, float]:
     """``break``: whether the plan's recommended load breaks the target under the truth;
     ``break_sure``: whether the simulated truth tells it beyond two standard errors.
@@ -356,8 +408,8 @@ def _plan_breaks(cell: Cell, res) -> dict[str, float]:
     at the target's, on the same draws (paired: their difference is the load's, whatever the
     draws); closed loop, the p95 at the plan's clients against the target itself (another
     process: the errors add). Exact formulas are always sure."""
-    if cell.family != "mmc":
-        return {}
+    if cell.family == "batch":
+        return _batch_breaks(cell, res)
     target, target_groups = _target(cell)
     plan = res.plan(p95=target)
     out = {"break_sure": 1.0, "infeasible": float(not plan.feasible)}
@@ -774,6 +826,7 @@ def summarise(cell: Cell, rows: list[dict], secs: float) -> dict:
     keys = sorted({k for r in rows for k in r if k not in ("error", "cover_n", *_PER_SEED)})
     out: dict = {"cell": cell.name, "n": len(rows), "secs": secs}
     out["truth_requests"] = cell.truth_requests
+    out["target_load"] = cell.target_load
     for k in keys:
         vals = [r[k] for r in rows if k in r]
         out[k] = float(np.median(vals)) if k.startswith("err_") else float(np.mean(vals))
@@ -856,7 +909,17 @@ def _print(row: dict) -> None:
     ]
     size = f"requests/sweep {row['requests']:,.0f} (top level {row['top_requests']:,.0f})"
     print(f"    {size}; k/n [95% CI]: " + "  ".join(counts), flush=True)
-    if "target_s" in row:
+    if "batch_truth" in row:
+        k, n = row["counts"]["break_sure"]
+        print(
+            f"    break truth simulated (seeded): target p95 {1e3 * row['target_s']:.1f} ms, "
+            f"its s.e. {1e3 * row['target_se_s']:.2f} ms, from one closed level of "
+            f"{BATCH_TRUTH_REQUESTS:,} requests at {row['target_load']:.0%} of the slots in "
+            f"flight; each plan's concurrency judged on such a level; {k}/{n} plans told from "
+            "the target beyond 2 s.e. of the difference",
+            flush=True,
+        )
+    elif "target_s" in row:
         k, n = row["counts"]["break_sure"]
         pair = _paired_requests(row["truth_requests"])
         print(

@@ -331,3 +331,19 @@ def test_follow_follows_what_a_refused_fit_said_to_measure(bench):
     assert row["failed"] == 1.0 and "no saturation reached" in row["error"]
     assert row["followed"] == 1.0 and row["requests_after"] > 1000
     assert row["c_after"][1] <= 16 <= row["c_after"][2]  # the refit bounds c
+
+
+def test_a_batching_cells_plan_is_judged_on_the_truths_p95_at_its_concurrency(bench):
+    """A batching cell's plans were not judged at all. The target is the truth's p95 at 70% of
+    the slots in flight; a plan for it recommends clients, judged on the truth's p95 there,
+    which grows with them (below the cap every client lengthens every step)."""
+    cell = {c.name: c for c in bench._cells()}["batch-closed-s8"]
+    target, groups = bench.batch_p95(cell, 6)  # round(0.7 * 8)
+    assert len(groups) == 20 and np.min(groups) < target < np.max(groups)
+    assert bench.batch_p95(cell, 5)[0] < target < bench.batch_p95(cell, 7)[0]
+    res = llmlat.fit(cell.simulate(0), model="batch")
+    row = bench._plan_breaks(cell, res)
+    assert row["target_s"] == target and row["infeasible"] == 0.0
+    plan = res.plan(p95=target)
+    assert row["break"] == float(bench.batch_p95(cell, plan.concurrency)[0] > target)
+    assert 1 <= plan.concurrency <= 6 and row["break"] == 0.0
