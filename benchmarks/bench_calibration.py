@@ -385,17 +385,36 @@ def _batch_breaks(cell: Cell, res) -> dict[str, float]:
     target, target_groups = batch_p95(cell, max(1, round(cell.target_load * cell.c)))
     plan = res.plan(p95=target)
     out = {"infeasible": float(not plan.feasible), "target_s": target, "batch_truth": 1.0}
-    out["target_se_s"] = np.std(target_groups, ddof=1) / np.sqrt(len(target_groups))
+    out["target_se_s"] = _stderr(target_groups)
     if not plan.feasible or plan.concurrency == 0:  # no load meets it: said, not a break
         return out | {"break": 0.0, "break_sure": 1.0}
     if plan.concurrency is None:  # no bound, where every client slows every step
         return out | {"break": 1.0, "break_sure": 1.0}
     p95, groups = batch_p95(cell, plan.concurrency)
-    var = (np.var(groups, ddof=1) + np.var(target_groups, ddof=1)) / len(groups)
     return out | {
         "break": float(p95 > target),
-        "break_sure": float(abs(p95 - target) > 2 * np.sqrt(var)),
+        "break_sure": _told(p95, groups, target, target_groups),
     }
+
+
+def _stderr(groups: np.ndarray) -> float:
+    """The standard error of a p95 from its groups' p95s."""
+    return float(np.std(groups, ddof=1) / np.sqrt(len(groups)))
+
+
+def _told(
+    p95: float, groups: np.ndarray, ref: float, ref_groups: np.ndarray, paired=False
+) -> float:
+    """Whether two simulated p95s differ beyond two standard errors of their difference.
+
+    Each comes with its groups' p95s; ``paired``: drawn on the same draws, so the errors of
+    the difference are the groups' differences, else the two groups' errors add.
+    """
+    if paired:
+        var = np.var(groups - ref_groups, ddof=1)
+    else:
+        var = np.var(groups, ddof=1) + np.var(ref_groups, ddof=1)
+    return float(abs(p95 - ref) > 2 * np.sqrt(var / len(groups)))
 
 
 def _plan_breaks(cell: Cell, res) -> dict[str, float]:
@@ -415,7 +434,7 @@ def _plan_breaks(cell: Cell, res) -> dict[str, float]:
     out = {"break_sure": 1.0, "infeasible": float(not plan.feasible)}
     if target_groups is not None:
         out["target_s"] = target
-        out["target_se_s"] = np.std(target_groups, ddof=1) / np.sqrt(len(target_groups))
+        out["target_se_s"] = _stderr(target_groups)
     if not plan.feasible:  # says so instead of recommending a load: no break, but counted
         return out | {"break": 0.0}
     pair = _paired_requests(cell.truth_requests)
@@ -431,11 +450,8 @@ def _plan_breaks(cell: Cell, res) -> dict[str, float]:
         ref, ref_groups = target, None
     out["break"] = float(p95 > ref)
     if groups is not None and target_groups is not None:
-        if ref_groups is None:
-            var = np.var(groups, ddof=1) + np.var(target_groups, ddof=1)
-        else:
-            var = np.var(groups - ref_groups, ddof=1)
-        out["break_sure"] = float(abs(p95 - ref) > 2 * np.sqrt(var / len(groups)))
+        paired = ref_groups is not None
+        out["break_sure"] = _told(p95, groups, ref, ref_groups if paired else target_groups, paired)
     return out
 
 

@@ -1200,9 +1200,9 @@ class FitResult:
         data know them mostly by a trade-off: then the step shrinks to that distance. At one
         slot t0 and t1 show only as their sum (correlated -0.998 and -0.999998 in two
         sweeps); their corner lay 22 and 640 times as far and put the capacity at 3% and 0%
-        of the fitted one. Shrunk, it slows the capacity by 0.1-1%, as far as the
-        delta method's one-sided bound on the capacity itself (checked on three seeded
-        one-slot sweeps). A service CV measured from
+        of the fitted one. Shrunk, it slows the capacity by 0.1-1.2%, as far as the
+        delta method's one-sided bound on the capacity itself (checked on four one-slot
+        sweeps: three exact simulations, one over HTTP). A service CV measured from
         the data (``cv_s``, not given) is taken at both ends of its interval, each with every
         set above.
         """
