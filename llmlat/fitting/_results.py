@@ -20,7 +20,6 @@ from llmlat.fitting._estimate import (
     _PLAUSIBLE,
     _Estimate,
     _estimate,
-    _overhead,
     _Problem,
     advice_row,
     advice_table,
@@ -841,10 +840,7 @@ class FitResult:
         for _ in range(n_boot):
             pr = self._problem
             again = resample(obs, rng)
-            fixed = pr.fixed
-            if "overhead_s" in fixed:  # measured on the requests, so resampled with them
-                fixed = {**fixed, "overhead_s": _overhead(again)}
-            sub = _Problem(pr.model, again, pr.method, pr.stat, fixed)
+            sub = _Problem(pr.model, again, pr.method, pr.stat, pr.fixed)
             try:
                 est = _estimate(sub, plausible.tolist() if len(plausible) else None)
             except ValueError:
