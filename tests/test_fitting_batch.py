@@ -411,6 +411,7 @@ def test_fixed_lengths_started_spread_give_the_step_times_the_phase_laws_error()
     p = res._est.p
     left = first["latency_s"].mean() - 32 * (p["t0_s"] + p["t1_s"])
     assert res.fixed["overhead_s"] == pytest.approx(left, rel=0.05)
+    assert "overhead_s (profiled):" in res.summary().as_text()
 
 
 def test_a_cap_left_open_by_the_laws_error_asks_for_step_times_not_higher_levels():

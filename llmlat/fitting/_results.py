@@ -1417,7 +1417,9 @@ class FitResult:
         if self.indistinguishable:
             info["Model choice:"] = f"indistinguishable from {', '.join(self.indistinguishable)}"
         for k, v in self.fixed.items():
-            info[f"{k} (fixed):"] = f"{v:.4g}"
+            # one client's overhead moves with the fitted step time (_Problem._with_overhead)
+            how = "profiled" if k == "overhead_s" and self._problem._light else "fixed"
+            info[f"{k} ({how}):"] = f"{v:.4g}"
         table = self._param_table(alpha)
         smry = Summary()
         smry.add_title(f"llmlat queueing fit: {self.model}")
