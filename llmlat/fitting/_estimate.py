@@ -132,7 +132,7 @@ class _Problem:
         #: where none was measured, a latency of output tokens times steps alone: its overhead
         #: would sit on its floor of 0, a kink the covariance cannot differentiate)
         self._light: tuple[float, float] | None = None
-        if model.family == "batch" and fixed.get("overhead_s", 0.0) > 0:
+        if "overhead_s" in fixed:  # measured at one client (_fit._fixed, batching alone)
             first = lv.iloc[0]
             if first["level"] == 1 and fixed["overhead_s"] > 1e-6 * first["mean_s"]:
                 self._light = (float(first["mean_s"]), float(first["tokens_mean"]))
