@@ -2,8 +2,9 @@
 
 - ``sim_process``: one simulated provider in its own process (client and server never share a
   GIL), for tests that need a target and read its truth by their own request ids.
-- ``kernel_manager`` / ``run_notebook``: kernels of this interpreter (a kernelspec written to a
-  temporary folder: no dependence on the machine's kernels), notebooks executed by them.
+- ``kernel_manager`` / ``kernel`` / ``run_notebook``: kernels of this interpreter (a kernelspec
+  written to a temporary folder: no dependence on the machine's kernels), one started for a
+  test, notebooks executed by them.
 - ``end_to_end``: the slow end-to-end runs (``llmlat demo --quick`` and the notebooks), started
   side by side; ``demo_run``: the demo's article sweep, saved and reported, shared by the demo
   and report tests.
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 KERNEL = "llmlat-test"
+# how long a new kernel may take to answer: the notebooks' kernels start together beside the demo,
+# the other xdist worker and the Python 3.13 install, and each compiles the stack it imports on a
+# fresh clone (one did not answer within nbclient's default 60 s in CI). Only a hung kernel waits it
+KERNEL_STARTUP_S = 300
 
 
 # the files whose tests wait on ``end_to_end``: one xdist worker runs them all (see below)
@@ -109,6 +114,19 @@ def kernel_manager(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], Any
     return lambda: KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
 
 
+@pytest.fixture
+def kernel(kernel_manager: Callable[[], Any], tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+    """A kernel started in ``tmp_path`` and its client, channels open; shut down after the test."""
+    km = kernel_manager()
+    km.start_kernel(cwd=str(tmp_path))
+    client = km.client()
+    client.start_channels()
+    client.wait_for_ready(timeout=KERNEL_STARTUP_S)
+    yield km, client
+    client.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
 @pytest.fixture(scope="session")
 def run_notebook(kernel_manager: Callable[[], Any]) -> Callable[..., Any]:
     """Return ``run(nb, cwd, env=None, timeout=300)``: execute a notebook in place, top to
@@ -121,7 +139,12 @@ def run_notebook(kernel_manager: Callable[[], Any]) -> Callable[..., Any]:
 
     def run(nb: Any, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> Any:
         client = NotebookClient(
-            nb, km=kernel_manager(), timeout=timeout, allow_errors=False, resources={}
+            nb,
+            km=kernel_manager(),
+            timeout=timeout,
+            startup_timeout=KERNEL_STARTUP_S,
+            allow_errors=False,
+            resources={},
         )
         # cleanup_kc: shut the kernel down although we, not nbclient, made its manager
         client.execute(cleanup_kc=True, cwd=str(cwd), env={**os.environ, **(env or {})})

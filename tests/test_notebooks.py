@@ -1,8 +1,8 @@
 """Real kernels: every notebook in notebooks/ runs top to bottom, and the stop button works.
 
 The kernel is this interpreter's ipykernel, through a kernelspec written to a temporary
-directory (``kernel_manager`` and ``run_notebook`` in conftest.py), so the test never depends on
-what kernels the machine has registered.
+directory (``kernel_manager``, ``kernel`` and ``run_notebook`` in conftest.py), so the test never
+depends on what kernels the machine has registered.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -21,18 +20,6 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 # the quickstart exercises the extension; the analysis notebooks (minutes of sweeps) add no
 # IPython coverage, so the Python 3.13 rerun (-m py313) skips them
 QUICKSTART = [p for p in NOTEBOOKS if p.stem.startswith("01-")]
-
-
-@pytest.fixture
-def kernel(kernel_manager: Any, tmp_path: Path) -> Iterator[Any]:
-    km = kernel_manager()
-    km.start_kernel(cwd=str(tmp_path))
-    client = km.client()
-    client.start_channels()
-    client.wait_for_ready(timeout=60)
-    yield km, client
-    client.stop_channels()
-    km.shutdown_kernel(now=True)
 
 
 def test_the_quickstart_exists() -> None:
