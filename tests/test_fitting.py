@@ -277,6 +277,21 @@ def test_summary_and_conf_int_agree_and_cov_params_fittedvalues(mmc_fit):
     )
 
 
+@pytest.mark.parametrize("which", ["mmc", "batch"])
+def test_summary_tables_share_one_width_and_show_counts_whole(which, mmc_fit, batch_data):
+    res = mmc_fit if which == "mmc" else fit(batch_data, model="batch")
+    lines = res.summary().as_text().splitlines()
+    rules = [i for i, line in enumerate(lines) if line and set(line) <= {"=", "-"}]
+    widths = {len(lines[i]) for i in rules}
+    assert len(widths) == 1  # statsmodels' padding ran the parameter rows past the rules
+    width = widths.pop()
+    assert all(len(line.rstrip()) <= width for line in lines[rules[0] : rules[-1]])
+    # the level rows, last: loads and counts whole, not in the first table's 4 decimals
+    rows = [line.split() for line in lines[rules[-2] + 1 : rules[-1]]]
+    assert [r[0] for r in rows] == [f"{v:g}" for v in res.levels.index]
+    assert [r[1] for r in rows] == [f"{v:g}" for v in res.levels["n"]]
+
+
 def test_fit_on_ttft_and_quantile_stat(batch_data):
     ttft = batch_data.assign(ttft_s=batch_data["latency_s"] / 20)
     res = fit(ttft, model="mmc", metric="ttft", stat="p95", method="wls")

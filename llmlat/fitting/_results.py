@@ -1424,19 +1424,11 @@ class FitResult:
         smry = Summary()
         smry.add_title(f"llmlat queueing fit: {self.model}")
         smry.add_dict(info)
-        smry.add_df(table)
-        lv = self.levels[
-            [
-                "n",
-                "throughput_rps",
-                "throughput_pred_rps",
-                f"{self.stat}_s",
-                f"{self.stat}_pred_s",
-                "resid_rel",
-                "utilization",
-            ]
-        ].reset_index()
-        smry.add_df(lv, float_format="%.4g")
+        # the names as a column, not an index: statsmodels widens a table to the widest by
+        # its column separators, and counts one too few of them where an index is shown (the
+        # parameter rows ran 16 characters past the summary's rules)
+        smry.add_df(table.rename_axis("").reset_index(), index=False)
+        smry.add_df(self._level_table(), index=False)
         for note in self.notes:
             smry.add_text(f"Note: {note}")
         return smry
@@ -1449,6 +1441,22 @@ class FitResult:
             return f"{self.capacity_rps:.4g}"
         seen = np.nanmax(self.levels["throughput_rps"])
         return f"not identified (>= {seen:.4g} measured)" if np.isfinite(seen) else "not identified"
+
+    def _level_table(self) -> pd.DataFrame:
+        """Format the summary's level rows: loads and counts whole, the rest as :func:`_num`.
+
+        As text (statsmodels' summary formats the numbers of every table by its first's
+        format, 4 decimals: 5120 requests read 5120.0000).
+        """
+        stat = f"{self.stat}_s"
+        cols = ["n", "throughput_rps", "throughput_pred_rps", stat, f"{stat[:-2]}_pred_s"]
+        lv = self.levels[[*cols, "resid_rel", "utilization"]].reset_index()
+        return pd.DataFrame(
+            {
+                name: [f"{v:.12g}" if name in ("level", "n") else _num(v) for v in lv[name]]
+                for name in lv.columns
+            }
+        )
 
     def _param_table(self, alpha: float) -> pd.DataFrame:
         """Format the summary's parameter rows: "not identified" where the data say nothing."""
