@@ -414,6 +414,26 @@ def test_fixed_lengths_started_spread_give_the_step_times_the_phase_laws_error()
     assert "overhead_s (profiled):" in res.summary().as_text()
 
 
+def test_a_latency_only_misfit_of_loose_phases_names_them_and_asks_for_streaming():
+    # the same phases with the latency alone: nothing sizes the law's error there (8 slots, 8
+    # tokens: 9 slots read and the fit's own truth flagged in 6 of 6 exact sweeps); the warning
+    # names the cause and what measures it, not "compare other models"
+    kw = {"warmup": 0, "spread": 0.0, "drain": True, "rtt_s": 0.004}
+    parts = [
+        batch_closed_requests(
+            [v], 8, T0, T1, 8, default_length("concurrency", v)[0], 1000 + v, **kw
+        )
+        for v in [1, 2, 4, 8, 16]
+    ]
+    streamed = pd.concat(parts, ignore_index=True)
+    notes = fit(streamed.drop(columns=["itl_mean_s"]), model="batch").notes
+    (warning,) = [n for n in notes if "does not fit" in n]
+    assert "equal output lengths" in warning and "stream the responses" in warning
+    assert "compare other models" not in warning
+    # streamed, the step times size it: no warning
+    assert not any("does not fit" in n for n in fit(streamed, model="batch").notes)
+
+
 def test_a_cap_left_open_by_the_laws_error_asks_for_step_times_not_higher_levels():
     # the notebooks' latency-only article sweep (32 slots, a queue of 32, 429s past 64): the
     # latency law's own error leaves the cap's set open above, which said "no saturation up to
