@@ -1448,9 +1448,9 @@ class FitResult:
         As text (statsmodels' summary formats the numbers of every table by its first's
         format, 4 decimals: 5120 requests read 5120.0000).
         """
-        stat = f"{self.stat}_s"
-        cols = ["n", "throughput_rps", "throughput_pred_rps", stat, f"{stat[:-2]}_pred_s"]
-        lv = self.levels[[*cols, "resid_rel", "utilization"]].reset_index()
+        cols = ["n", "throughput_rps", "throughput_pred_rps", f"{self.stat}_s"]
+        cols += [f"{self.stat}_pred_s", "resid_rel", "utilization"]
+        lv = self.levels[cols].reset_index()
         return pd.DataFrame(
             {
                 name: [f"{v:.12g}" if name in ("level", "n") else _num(v) for v in lv[name]]
