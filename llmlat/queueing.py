@@ -1206,8 +1206,12 @@ def _log_cum_rates(rate: Callable[[np.ndarray], np.ndarray], n_max: int) -> np.n
 
     A rate whose parameters are columns gives one row per parameter set.
     """
-    k = np.arange(1, n_max + 1, dtype=np.float64)
-    logs = np.log(rate(k))
+    return _log_cum(rate(np.arange(1, n_max + 1, dtype=np.float64)))
+
+
+def _log_cum(rates: np.ndarray) -> np.ndarray:
+    """:func:`_log_cum_rates` from the rates at 1..n_max themselves."""
+    logs = np.log(rates)
     return np.concatenate([np.zeros((*logs.shape[:-1], 1)), np.cumsum(logs, axis=-1)], axis=-1)
 
 
@@ -1244,13 +1248,16 @@ def _closed_distribution(
     # pi(n) ~ N! / (N-n)! * Z^-n / prod_{k<=n} rate(k) (none past N); Z = 0 puts every client
     # at the station
     falling = _log_falling(n_clients.tobytes(), n_clients.dtype.str, n_max)
+    # in place on one array: a fit evaluates this thousands of times (a batch fit of a table
+    # up to N = 512: a quarter of its time), and each temporary costs as much as the arithmetic
     with np.errstate(invalid="ignore", divide="ignore"):
-        logw = (
-            falling - n[None, :] * np.log(np.where(z > 0, z, 1.0)) - log_cum[..., None, : n_max + 1]
-        )
+        logw = n[None, :] * np.log(np.where(z > 0, z, 1.0))
+        np.subtract(falling, logw, out=logw)
+        logw -= log_cum[..., None, : n_max + 1]
     if np.any(z <= 0):
         logw = np.where((z > 0) | (n[None, :] == nn), logw, -np.inf)
-    p = np.exp(logw - logw.max(axis=-1, keepdims=True))
+    logw -= logw.max(axis=-1, keepdims=True)
+    p = np.exp(logw, out=logw)
     p /= p.sum(axis=-1, keepdims=True)
     return p, n
 
@@ -1266,10 +1273,9 @@ def _closed_means(
     if np.all(np.asarray(think_s) <= 0):  # every client is always at the station
         return rate(nc.astype(np.float64)), nc.astype(np.float64)
     n_max = int(nc.max())
-    log_cum = _log_cum_rates(rate, n_max)
-    p, n = _closed_distribution(nc, think_s, log_cum)
-    r = rate(np.arange(1, n_max + 1, dtype=np.float64))
-    r = np.concatenate([np.zeros((*r.shape[:-1], 1)), r], axis=-1)
+    rates = rate(np.arange(1, n_max + 1, dtype=np.float64))  # once: the log sums take them too
+    p, n = _closed_distribution(nc, think_s, _log_cum(rates))
+    r = np.concatenate([np.zeros((*rates.shape[:-1], 1)), rates], axis=-1)
     x = p @ r if r.ndim == 1 else np.matmul(p, r[..., None])[..., 0]
     return x, p @ n
 
