@@ -997,7 +997,9 @@ def live(seeds: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument(
+        "--seeds", type=int, default=20, help="seeds per cell; 0 runs no cell (--live alone)"
+    )
     ap.add_argument(
         "--first-seed", type=int, default=0, help="seeds first..first+seeds-1 (split long reruns)"
     )
@@ -1066,6 +1068,8 @@ def main() -> None:
     ap.add_argument("--live", type=int, default=0, help="seeds of the live HTTP set")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     args = ap.parse_args()
+    if args.seeds < 0 or args.live < 0:
+        ap.error("--seeds and --live count seeds: 0 or more")
     warnings.simplefilter("ignore")
     grid = [] if args.off_grid else [c.name for c in _cells()]  # --off-grid alone: only those
     names = list(args.cells or (QUICK if args.quick else grid))
@@ -1088,6 +1092,8 @@ def main() -> None:
         if c is not None
     ]
     seeds = 8 if args.quick and args.seeds == 20 else args.seeds
+    if not seeds:
+        names = []
     design = f"scale {args.scale:g}, open loads {','.join(f'{f:g}' for f in args.open_loads)}"
     design += f", p95 target at {args.target_load:g} of capacity"
     print(f"calibration: {len(names)} cells x {seeds} seeds (mu = {MU}; {design})", flush=True)
