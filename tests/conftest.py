@@ -17,11 +17,13 @@ stays on one worker (its module fixtures are made once), and the files whose tes
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +113,17 @@ def kernel_manager(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], Any
     root = tmp_path_factory.mktemp("kernels")
     write_kernel_spec(root / KERNEL)  # argv runs sys.executable -m ipykernel_launcher
     specs = KernelSpecManager(kernel_dirs=[str(root)])
-    return lambda: KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
+    made = itertools.count()
+
+    def new() -> Any:
+        # Unix sockets named per kernel, not TCP ports: a port is picked free, released, and
+        # bound by the kernel a moment later, so kernels started together (the notebooks, the
+        # other worker's) can race for one; the loser died at start-up and its client waited
+        # forever on a send (seen at load 8)
+        ip = str(root / f"k{next(made)}")
+        return KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs, transport="ipc", ip=ip)
+
+    return new
 
 
 @pytest.fixture
@@ -192,10 +204,20 @@ def end_to_end(
         if isinstance(path, Path) and path.stem not in jobs:
             datasets = tmp_path_factory.mktemp(path.stem)
             jobs[path.stem] = functools.partial(_notebook, run_notebook, path, datasets)
-    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
-        runs = {name: pool.submit(job) for name, job in jobs.items()}
-        wait(runs.values())
-        yield runs
+    runs: dict[str, Future] = {name: Future() for name in jobs}
+
+    def work(name: str) -> None:
+        try:
+            runs[name].set_result(jobs[name]())
+        except BaseException as exc:  # re-raised by the test that asks for this run
+            runs[name].set_exception(exc)
+
+    # daemon threads: a run that hangs fails its tests at pytest's timeout, and the worker
+    # still exits (a pool's threads are joined, so one hung kernel hung the whole session)
+    for name in jobs:
+        threading.Thread(target=work, args=(name,), name=f"end-to-end {name}", daemon=True).start()
+    wait(runs.values())
+    yield runs
 
 
 @pytest.fixture(scope="session")
